@@ -303,9 +303,10 @@ class MemoryFunctions(ModuleBase):
 
 
     # ------------------------------------------------------------------ pluggable allocators
-    def change_current_allocator(self, allocator: _pluggable.PluggableAllocator) -> None:
+    def change_current_allocator(self, allocator: _pluggable._CUDAAllocator) -> None:
         """Replace this backend's caching allocator by ``allocator`` (a
-        :class:`accelrt.memory.PluggableAllocator`) before any allocation:
+        :class:`accelrt.memory.PluggableAllocator`; the backend's own, from
+        ``memory._get_current_allocator()``, changes nothing) before any allocation:
         ``torch.cuda.memory.change_current_allocator``. See
         :func:`accelrt.memory.change_current_allocator`.
 
@@ -673,6 +674,25 @@ class MemoryModule(TypedMemoryModule):
                        augment_with_fx_traces: bool = False) -> None:
         """``torch.cuda.memory._dump_snapshot``: pickle :meth:`_snapshot` to ``filename``."""
         self._dm.dump_snapshot(filename, augment_with_fx_traces)
+
+    #: ``torch.cuda.memory._CUDAAllocator``: the wrapper of an allocator object that
+    #: :meth:`_get_current_allocator` returns (:class:`PluggableAllocator` is one).
+    _CUDAAllocator = _pluggable._CUDAAllocator
+
+    def _get_current_allocator(self) -> _pluggable._CUDAAllocator:
+        """``torch.cuda.memory._get_current_allocator``: the backend's allocator, wrapped
+        (:func:`accelrt.memory._pluggable.get_current_allocator`): its ``allocator()`` is the
+        :class:`PluggableAllocator` that :meth:`change_current_allocator` swapped in, or the
+        backend's own allocator (the same object at every call). It starts no allocator.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> cur = acc.cpu.memory._get_current_allocator()
+            >>> cur.allocator() is acc.cpu.memory._get_current_allocator().allocator()
+            True
+        """
+        return _pluggable.get_current_allocator(self._dm.name)
 
     def _set_allocator_settings(self, env: str) -> None:
         """``torch.cuda.memory._set_allocator_settings``, deprecated in PyTorch (as here: it
