@@ -335,6 +335,44 @@ class MemoryFunctions(ModuleBase):
         from ..memory._pluggable import get_allocator_backend
         return get_allocator_backend(self.name)
 
+    def attach_out_of_memory_observer(
+            self, observer: Callable[[int, int, int, int], None]) -> None:
+        """Call ``observer(device, alloc, device_allocated, device_free)`` before the caching
+        allocator of any device of this backend (started now or later) raises
+        :class:`~accelrt.OutOfMemoryError`: PyTorch's public
+        ``torch.mtia.attach_out_of_memory_observer``, and what its
+        ``torch._C._cuda_attach_out_of_memory_observer`` does for CUDA (which
+        ``torch.cuda.memory`` does not wrap). ``alloc`` is the allocation tried,
+        ``device_allocated`` the per-process limit or else the device's capacity (PyTorch's
+        values), ``device_free`` the device's free memory. See
+        :func:`accelrt.memory._oom.attach_out_of_memory_observer`.
+
+        Raises:
+            TypeError: ``observer`` is not callable.
+            RuntimeError: a pluggable allocator or ``backend:cudaMallocAsync`` replaces the
+                caching allocator (PyTorch's "does not yet support
+                attachOutOfMemoryObserver").
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> from accelrt.backends.cpu import CpuBackend
+            >>> acc.backends.register("oomdoc", lambda: CpuBackend(name="oomdoc",
+            ...                                                    memory_limit="4MiB"))
+            >>> dm = acc.backends.device_module("oomdoc")   # (acc.cpu, acc.cuda alike)
+            >>> seen = []
+            >>> dm.attach_out_of_memory_observer(lambda *args: seen.append(args))
+            >>> try:
+            ...     acc.empty((12 << 20,), dtype="uint8", device="oomdoc")
+            ... except acc.OutOfMemoryError:
+            ...     pass
+            >>> seen    # (device, alloc, device_allocated, device_free)
+            [(0, 12582912, 4194304, 4194304)]
+            >>> acc.backends.unregister("oomdoc")   # (its observers go with it)
+        """
+        from ..memory._oom import attach_out_of_memory_observer
+        attach_out_of_memory_observer(self.name, observer)
+
     # ------------------------------------------------------------------ memory control
     def empty_cache(self) -> None:
         """Release every unused cached block of every started device of the backend; a no-op

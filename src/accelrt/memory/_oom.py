@@ -18,17 +18,77 @@ Example::
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import _sync_debug
-from .._errors import OutOfMemoryError
+from .. import _backend_registry, _sync_debug
+from .._errors import OutOfMemoryError, type_shown
+from .._fork import reinit_after_fork
 from ._config import MB, NO_SPLIT_LIMIT, reserve_bytes
 
 if TYPE_CHECKING:
     from ._interface import AllocatorCore
 
-__all__ = ["OomReporter", "format_size"]
+__all__ = ["OomReporter", "attach_out_of_memory_observer", "format_size"]
+
+Observer = Callable[[int, int, int, int], None]
+
+_observers_lock = reinit_after_fork(threading.Lock())
+#: backend name -> the observers :func:`attach_out_of_memory_observer` attached for every
+#: device of it (guarded by _observers_lock for writes; a tuple, replaced by a longer one)
+_backend_observers: dict[str, tuple[Observer, ...]] = {}
+
+
+def _forget_backend(name: str) -> None:
+    """As a pluggable allocator swap (``_pluggable._forget_backend``), the observers of a
+    backend name outlive its registration again (``replace=True``) and end when it is
+    unregistered: a backend registered under that name later starts without them."""
+    if name not in _backend_registry._factories:
+        with _observers_lock:
+            _backend_observers.pop(name, None)
+
+
+_backend_registry.on_change(_forget_backend)
+
+
+def attach_out_of_memory_observer(backend: str, observer: Observer) -> None:
+    """Call ``observer(device, alloc_size, limit, device_free)`` before the caching allocator
+    of any device of ``backend``, started now or later, raises an out-of-memory error: what
+    PyTorch's ``torch._C._cuda_attach_out_of_memory_observer`` (and the public
+    ``torch.mtia.attach_out_of_memory_observer``) does for every device. ``alloc_size`` is
+    the allocation the allocator tried to make, ``limit`` the per-process cap
+    (``set_per_process_memory_fraction``) or else the device's capacity, ``device_free``
+    the device's free memory; called without the allocator's lock, so it may take a
+    snapshot (``memory._snapshot()``, ``memory._dump_snapshot()``).
+
+    Raises:
+        TypeError: ``observer`` is not callable.
+        RuntimeError: the backend's allocator is not the caching allocator
+            (``get_allocator_backend()`` is ``"pluggable"`` or ``"cudaMallocAsync"``):
+            PyTorch's "does not yet support attachOutOfMemoryObserver".
+
+    Example::
+
+        >>> from accelrt.memory._oom import attach_out_of_memory_observer
+        >>> attach_out_of_memory_observer("cpu", 42)
+        Traceback (most recent call last):
+        TypeError: the out-of-memory observer must be callable (device, alloc, device_allocated, device_free), got int
+    """
+    if not callable(observer):
+        raise TypeError(f"the out-of-memory observer must be callable (device, alloc, "
+                        f"device_allocated, device_free), got {type_shown(observer)}")
+    from ._pluggable import get_allocator_backend
+    kind = get_allocator_backend(backend)
+    if kind != "native":
+        from ._malloc_async import MallocAsyncAllocator
+        from ._pluggable_device import PluggableDeviceAllocator
+        cls = PluggableDeviceAllocator if kind == "pluggable" else MallocAsyncAllocator
+        raise RuntimeError(f"{cls.unsupported_name} does not yet support "
+                           "attachOutOfMemoryObserver. If you need it, please file an issue "
+                           "describing your use case.")
+    with _observers_lock:
+        _backend_observers[backend] = (*_backend_observers.get(backend, ()), observer)
 
 
 def format_size(n: int) -> str:
@@ -224,6 +284,7 @@ class OomReporter:
         alloc = self._alloc
         with alloc._lock:
             observers = list(self.observers)
+        observers += _backend_observers.get(alloc._name, ())   # (a tuple: read atomically)
         for fn in observers:
             fn(alloc._index, alloc_size, limit, dev_free)
         raise OutOfMemoryError(msg, alloc_size, allocated, limit)
