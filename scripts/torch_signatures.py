@@ -15,7 +15,9 @@ Scope (which torch names are dumped):
   ``.random``, ``.nvtx``, ``.profiler`` and ``.comm``; ``torch.cuda.streams``' classes
   (``Stream``, ``ExternalStream``, ``Event``); and ``torch.cuda.memory``'s private-but-used
   names ``_record_memory_history``, ``_snapshot``, ``_dump_snapshot``,
-  ``_set_memory_metadata`` and ``_get_memory_metadata`` (what memory tutorials call).
+  ``_set_memory_metadata`` and ``_get_memory_metadata`` (what memory tutorials call), and
+  ``_set_allocator_settings``, ``_get_current_allocator`` and ``_CUDAAllocator`` (what
+  allocator-swapping code calls: vLLM-style backend switches, allocator libraries).
 - ``torch.distributed``: ``torch.distributed.distributed_c10d.__all__`` less the option structs
   of the C++ ``ProcessGroup`` interface (``*Options``) and the per-library process-group
   classes (``ProcessGroupNCCL``, ``ProcessGroupGloo``, ...); plus the store classes
@@ -61,7 +63,8 @@ SCOPE_OUT = {
 
 CUDA_SUBMODULES = ("memory", "graphs", "random", "nvtx", "profiler", "comm")
 CUDA_MEMORY_PRIVATE = ("_record_memory_history", "_snapshot", "_dump_snapshot",
-                       "_set_memory_metadata", "_get_memory_metadata")
+                       "_set_memory_metadata", "_get_memory_metadata",
+                       "_set_allocator_settings", "_get_current_allocator", "_CUDAAllocator")
 DIST_EXTRA = ("Store", "TCPStore", "FileStore", "HashStore", "PrefixStore", "DistError",
               "DistBackendError", "DistNetworkError", "DistStoreError", "QueueEmptyError",
               "is_available", "DebugLevel", "set_debug_level")

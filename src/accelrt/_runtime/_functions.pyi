@@ -27,6 +27,7 @@ __all__ = [
     "_lazy_call",
     "_lazy_init",
     "_set_rng_state_offset",
+    "attach_out_of_memory_observer",
     "caching_allocator_alloc",
     "caching_allocator_delete",
     "caching_allocator_disabled",
@@ -118,6 +119,7 @@ _get_rng_state_offset = _m._get_rng_state_offset
 _lazy_call = _m._lazy_call
 _lazy_init = _m._lazy_init
 _set_rng_state_offset = _m._set_rng_state_offset
+attach_out_of_memory_observer = _m.attach_out_of_memory_observer
 caching_allocator_alloc = _m.caching_allocator_alloc
 caching_allocator_delete = _m.caching_allocator_delete
 caching_allocator_disabled = _m.caching_allocator_disabled

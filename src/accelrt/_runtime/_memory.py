@@ -303,9 +303,10 @@ class MemoryFunctions(ModuleBase):
 
 
     # ------------------------------------------------------------------ pluggable allocators
-    def change_current_allocator(self, allocator: _pluggable.PluggableAllocator) -> None:
+    def change_current_allocator(self, allocator: _pluggable._CUDAAllocator) -> None:
         """Replace this backend's caching allocator by ``allocator`` (a
-        :class:`accelrt.memory.PluggableAllocator`) before any allocation:
+        :class:`accelrt.memory.PluggableAllocator`; the backend's own, from
+        ``memory._get_current_allocator()``, changes nothing) before any allocation:
         ``torch.cuda.memory.change_current_allocator``. See
         :func:`accelrt.memory.change_current_allocator`.
 
@@ -333,6 +334,44 @@ class MemoryFunctions(ModuleBase):
         """
         from ..memory._pluggable import get_allocator_backend
         return get_allocator_backend(self.name)
+
+    def attach_out_of_memory_observer(
+            self, observer: Callable[[int, int, int, int], None]) -> None:
+        """Call ``observer(device, alloc, device_allocated, device_free)`` before the caching
+        allocator of any device of this backend (started now or later) raises
+        :class:`~accelrt.OutOfMemoryError`: PyTorch's public
+        ``torch.mtia.attach_out_of_memory_observer``, and what its
+        ``torch._C._cuda_attach_out_of_memory_observer`` does for CUDA (which
+        ``torch.cuda.memory`` does not wrap). ``alloc`` is the allocation tried,
+        ``device_allocated`` the per-process limit or else the device's capacity (PyTorch's
+        values), ``device_free`` the device's free memory. See
+        :func:`accelrt.memory._oom.attach_out_of_memory_observer`.
+
+        Raises:
+            TypeError: ``observer`` is not callable.
+            RuntimeError: a pluggable allocator or ``backend:cudaMallocAsync`` replaces the
+                caching allocator (PyTorch's "does not yet support
+                attachOutOfMemoryObserver").
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> from accelrt.backends.cpu import CpuBackend
+            >>> acc.backends.register("oomdoc", lambda: CpuBackend(name="oomdoc",
+            ...                                                    memory_limit="4MiB"))
+            >>> dm = acc.backends.device_module("oomdoc")   # (acc.cpu, acc.cuda alike)
+            >>> seen = []
+            >>> dm.attach_out_of_memory_observer(lambda *args: seen.append(args))
+            >>> try:
+            ...     acc.empty((12 << 20,), dtype="uint8", device="oomdoc")
+            ... except acc.OutOfMemoryError:
+            ...     pass
+            >>> seen    # (device, alloc, device_allocated, device_free)
+            [(0, 12582912, 4194304, 4194304)]
+            >>> acc.backends.unregister("oomdoc")   # (its observers go with it)
+        """
+        from ..memory._oom import attach_out_of_memory_observer
+        attach_out_of_memory_observer(self.name, observer)
 
     # ------------------------------------------------------------------ memory control
     def empty_cache(self) -> None:
@@ -673,6 +712,25 @@ class MemoryModule(TypedMemoryModule):
                        augment_with_fx_traces: bool = False) -> None:
         """``torch.cuda.memory._dump_snapshot``: pickle :meth:`_snapshot` to ``filename``."""
         self._dm.dump_snapshot(filename, augment_with_fx_traces)
+
+    #: ``torch.cuda.memory._CUDAAllocator``: the wrapper of an allocator object that
+    #: :meth:`_get_current_allocator` returns (:class:`PluggableAllocator` is one).
+    _CUDAAllocator = _pluggable._CUDAAllocator
+
+    def _get_current_allocator(self) -> _pluggable._CUDAAllocator:
+        """``torch.cuda.memory._get_current_allocator``: the backend's allocator, wrapped
+        (:func:`accelrt.memory._pluggable.get_current_allocator`): its ``allocator()`` is the
+        :class:`PluggableAllocator` that :meth:`change_current_allocator` swapped in, or the
+        backend's own allocator (the same object at every call). It starts no allocator.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> cur = acc.cpu.memory._get_current_allocator()
+            >>> cur.allocator() is acc.cpu.memory._get_current_allocator().allocator()
+            True
+        """
+        return _pluggable.get_current_allocator(self._dm.name)
 
     def _set_allocator_settings(self, env: str) -> None:
         """``torch.cuda.memory._set_allocator_settings``, deprecated in PyTorch (as here: it

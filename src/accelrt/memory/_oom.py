@@ -3,10 +3,11 @@
 When the retry chain fails, the allocator counts the OOM, records an ``oom`` trace entry, and
 raises :class:`~accelrt.OutOfMemoryError` with PyTorch's message (sizes by :func:`format_size`)
 after calling the observers attached with ``attach_oom_observer``. "Tried to allocate" names
-the size asked for; the hint that follows is PyTorch 2.15's (see ``OomReporter._hint``);
-when the allocator needed a larger new segment for it, a sentence says so, and a backend may
-append advice (``Backend.oom_advice(index)``: the cpu backend names
-``ACCELRT_CPU_MEMORY`` and its budget).
+the size asked for; the hint that follows is PyTorch 2.15's (see ``OomReporter._hint``; a
+device without virtual memory, where expandable segments cannot help, advises
+``max_split_size_mb`` instead); when the allocator needed a larger new segment for it, a
+sentence says so, and a backend may append advice (``Backend.oom_advice(index)``: the cpu
+backend names ``ACCELRT_CPU_MEMORY`` and its budget).
 
 Example::
 
@@ -17,17 +18,77 @@ Example::
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from .. import _sync_debug
-from .._errors import OutOfMemoryError
-from ._config import reserve_bytes
+from .. import _backend_registry, _sync_debug
+from .._errors import OutOfMemoryError, type_shown
+from .._fork import reinit_after_fork
+from ._config import MB, NO_SPLIT_LIMIT, reserve_bytes
 
 if TYPE_CHECKING:
     from ._interface import AllocatorCore
 
-__all__ = ["OomReporter", "format_size"]
+__all__ = ["OomReporter", "attach_out_of_memory_observer", "format_size"]
+
+Observer = Callable[[int, int, int, int], None]
+
+_observers_lock = reinit_after_fork(threading.Lock())
+#: backend name -> the observers :func:`attach_out_of_memory_observer` attached for every
+#: device of it (guarded by _observers_lock for writes; a tuple, replaced by a longer one)
+_backend_observers: dict[str, tuple[Observer, ...]] = {}
+
+
+def _forget_backend(name: str) -> None:
+    """As a pluggable allocator swap (``_pluggable._forget_backend``), the observers of a
+    backend name outlive its registration again (``replace=True``) and end when it is
+    unregistered: a backend registered under that name later starts without them."""
+    if name not in _backend_registry._factories:
+        with _observers_lock:
+            _backend_observers.pop(name, None)
+
+
+_backend_registry.on_change(_forget_backend)
+
+
+def attach_out_of_memory_observer(backend: str, observer: Observer) -> None:
+    """Call ``observer(device, alloc_size, limit, device_free)`` before the caching allocator
+    of any device of ``backend``, started now or later, raises an out-of-memory error: what
+    PyTorch's ``torch._C._cuda_attach_out_of_memory_observer`` (and the public
+    ``torch.mtia.attach_out_of_memory_observer``) does for every device. ``alloc_size`` is
+    the allocation the allocator tried to make, ``limit`` the per-process cap
+    (``set_per_process_memory_fraction``) or else the device's capacity, ``device_free``
+    the device's free memory; called without the allocator's lock, so it may take a
+    snapshot (``memory._snapshot()``, ``memory._dump_snapshot()``).
+
+    Raises:
+        TypeError: ``observer`` is not callable.
+        RuntimeError: the backend's allocator is not the caching allocator
+            (``get_allocator_backend()`` is ``"pluggable"`` or ``"cudaMallocAsync"``):
+            PyTorch's "does not yet support attachOutOfMemoryObserver".
+
+    Example::
+
+        >>> from accelrt.memory._oom import attach_out_of_memory_observer
+        >>> attach_out_of_memory_observer("cpu", 42)
+        Traceback (most recent call last):
+        TypeError: the out-of-memory observer must be callable (device, alloc, device_allocated, device_free), got int
+    """
+    if not callable(observer):
+        raise TypeError(f"the out-of-memory observer must be callable (device, alloc, "
+                        f"device_allocated, device_free), got {type_shown(observer)}")
+    from ._pluggable import get_allocator_backend
+    kind = get_allocator_backend(backend)
+    if kind != "native":
+        from ._malloc_async import MallocAsyncAllocator
+        from ._pluggable_device import PluggableDeviceAllocator
+        cls = PluggableDeviceAllocator if kind == "pluggable" else MallocAsyncAllocator
+        raise RuntimeError(f"{cls.unsupported_name} does not yet support "
+                           "attachOutOfMemoryObserver. If you need it, please file an issue "
+                           "describing your use case.")
+    with _observers_lock:
+        _backend_observers[backend] = (*_backend_observers.get(backend, ()), observer)
 
 
 def format_size(n: int) -> str:
@@ -97,10 +158,26 @@ class OomReporter:
             extra += " " + hint
         return extra
 
+    def _no_vm_hint(self) -> str:
+        """The fragmentation advice on a device without virtual memory, where PyTorch's
+        (``expandable_segments:True``) cannot help: PyTorch's advice before expandable
+        segments existed, ``max_split_size_mb`` (a smaller one when it is set), and why not
+        expandable segments (whether or not they were asked for)."""
+        cfg = self._alloc._cfg
+        if cfg.max_split_size >= NO_SPLIT_LIMIT:   # (unlimited, or as good as)
+            advice = "setting ACCELRT_ALLOC_CONF=max_split_size_mb:<MiB>"
+        else:
+            advice = (f"a smaller ACCELRT_ALLOC_CONF max_split_size_mb (now "
+                      f"{cfg.max_split_size // MB})")
+        why = ("expandable_segments:True, which is set, falls back to ordinary segments here"
+               if cfg.expandable_segments else "expandable_segments:True cannot help")
+        return (f" If reserved but unallocated memory is large try {advice} to avoid "
+                f"fragmentation (this device has no virtual memory, so {why}).")
+
     def _hint(self, alloc_size: int) -> tuple[str, bool]:
         """The end of PyTorch 2.15's message, and whether it blames the reserve: without
-        expandable segments, the advice to turn them on (none on a device without virtual
-        memory, where they cannot be had); with them, why a request larger than
+        expandable segments, the advice to turn them on (on a device without virtual memory,
+        where they cannot be had, :meth:`_no_vm_hint`); with them, why a request larger than
         a new segment's reservation failed (and how much to reserve), or else a pointer to the
         reserve keys for address-space (VSZ) exhaustion."""
         alloc = self._alloc
@@ -110,8 +187,7 @@ class OomReporter:
             except Exception:  # noqa: BLE001 - the OOM report must not fail
                 has_vm = True
             if not has_vm:
-                # (expandable segments cannot help: the device has no virtual memory)
-                return "", False
+                return self._no_vm_hint(), False
             return ((" If reserved but unallocated memory is large try setting "
                     "ACCELRT_ALLOC_CONF=expandable_segments:True to avoid fragmentation."),
                     False)
@@ -208,6 +284,7 @@ class OomReporter:
         alloc = self._alloc
         with alloc._lock:
             observers = list(self.observers)
+        observers += _backend_observers.get(alloc._name, ())   # (a tuple: read atomically)
         for fn in observers:
             fn(alloc._index, alloc_size, limit, dev_free)
         raise OutOfMemoryError(msg, alloc_size, allocated, limit)

@@ -62,7 +62,8 @@ from .._errors import type_shown
 if TYPE_CHECKING:
     from .._backend import Backend
 
-__all__ = ["PluggableAllocator", "change_current_allocator", "get_allocator_backend"]
+__all__ = ["NativeAllocator", "PluggableAllocator", "change_current_allocator",
+           "get_allocator_backend", "get_current_allocator"]
 
 AllocFn = Callable[[int, int, int], int]
 FreeFn = Callable[[int, int, int, int], None]
@@ -209,7 +210,71 @@ class _SymbolError(ValueError, AttributeError):
     raises."""
 
 
-class PluggableAllocator:
+class NativeAllocator:
+    """A backend's own allocator (the caching allocator, or the stream-ordered pool of
+    ``backend:cudaMallocAsync``) as one object: what ``_get_current_allocator().allocator()``
+    gives while no :class:`PluggableAllocator` replaces it, as PyTorch's gives its native
+    allocator's object. One object per backend name, so two calls compare equal.
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> a = acc.cpu.memory._get_current_allocator().allocator()
+        >>> a, a is acc.cpu.memory._get_current_allocator().allocator()
+        (NativeAllocator('cpu'), True)
+    """
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name: Final = name
+
+    def __repr__(self) -> str:
+        return f"NativeAllocator({self.name!r})"
+
+
+class _CUDAAllocator:
+    """PyTorch's ``torch.cuda.memory._CUDAAllocator``: a wrapper of an allocator object
+    (:class:`PluggableAllocator` or a backend's :class:`NativeAllocator`), what
+    ``_get_current_allocator()`` returns and :func:`change_current_allocator` takes.
+    :class:`PluggableAllocator` is one, as PyTorch's ``CUDAPluggableAllocator``.
+
+    Args:
+        allocator: the allocator object.
+
+    Raises:
+        TypeError: ``allocator`` is neither (PyTorch's pybind refuses it at the switch).
+
+    Example::
+
+        >>> import accelrt as acc
+        >>> w = acc.cpu.memory._CUDAAllocator(acc.cpu.memory._get_current_allocator().allocator())
+        >>> w.allocator()
+        NativeAllocator('cpu')
+    """
+
+    def __init__(self, allocator: PluggableAllocator | NativeAllocator) -> None:
+        if not isinstance(allocator, (PluggableAllocator, NativeAllocator)):
+            raise TypeError(f"_CUDAAllocator() takes an allocator object (an accelrt.memory."
+                            f"PluggableAllocator, or the .allocator() of "
+                            f"_get_current_allocator()), got {type_shown(allocator)}")
+        self._wrapped = allocator
+
+    def allocator(self) -> PluggableAllocator | NativeAllocator:
+        """The wrapped allocator object (PyTorch's ``torch._C._cuda_CUDAAllocator``)."""
+        return self._wrapped
+
+    @property
+    def _allocator(self) -> PluggableAllocator | NativeAllocator:
+        """PyTorch's ``_allocator`` attribute: the object :meth:`allocator` returns
+        (read-only here, see :attr:`PluggableAllocator._allocator`)."""
+        return self._wrapped
+
+    def __repr__(self) -> str:
+        return f"_CUDAAllocator({self._wrapped!r})"
+
+
+class PluggableAllocator(_CUDAAllocator):
     """A raw device allocator in a shared library, PyTorch's ``CUDAPluggableAllocator``.
 
     Args:
@@ -479,6 +544,8 @@ class PluggableAllocator:
 
 _current: dict[str, PluggableAllocator] = {}   # backend name -> its replacing allocator
 _current_lock = reinit_after_fork(threading.Lock())
+#: backend name -> its NativeAllocator (guarded by _current_lock)
+_natives: dict[str, NativeAllocator] = {}
 
 
 def _forget_backend(name: str) -> None:
@@ -511,18 +578,22 @@ def _backend_of(device_type: object) -> Backend:
     return get_backend(device_type)
 
 
-def change_current_allocator(allocator: PluggableAllocator, device_type: str | None = None
+def change_current_allocator(allocator: _CUDAAllocator, device_type: str | None = None
                              ) -> None:
     """Make ``allocator`` the allocator of every device of a backend, replacing its caching
     allocator (PyTorch's ``torch.cuda.memory.change_current_allocator``).
 
     Args:
-        allocator: a :class:`PluggableAllocator`.
+        allocator: a :class:`PluggableAllocator`, or what :func:`get_current_allocator`
+            returned (PyTorch's ``_CUDAAllocator``): the backend's own allocator there changes
+            nothing, as PyTorch's switch to the allocator in use (``change_current_allocator(
+            _get_current_allocator())``) before the first allocation.
         device_type: the backend name; ``None`` is the current accelerator. Device modules
             (``accelrt.cuda``) bind their own.
 
     Raises:
-        TypeError: ``allocator`` is not a :class:`PluggableAllocator`.
+        TypeError: ``allocator`` is not a :class:`PluggableAllocator` or ``_CUDAAllocator``.
+        ValueError: it wraps another backend's own allocator.
         RuntimeError: the backend's allocator was already initialized (it allocated, or was
             asked for, on some device; or an allocator was already swapped in): PyTorch's
             "Can't swap an already initialized allocator".
@@ -547,17 +618,52 @@ def change_current_allocator(allocator: PluggableAllocator, device_type: str | N
         >>> del x; held     # freed through the allocator's free
         {}
     """
-    if not isinstance(allocator, PluggableAllocator):
+    if not isinstance(allocator, _CUDAAllocator):
         raise TypeError(f"change_current_allocator() takes an accelrt.memory."
-                        f"PluggableAllocator, got {type_shown(allocator)}")
+                        f"PluggableAllocator (or what _get_current_allocator() returned), got "
+                        f"{type_shown(allocator)}")
     b = _backend_of(device_type)
+    obj = allocator.allocator()
+    if isinstance(obj, NativeAllocator) and obj.name != b.name:
+        raise ValueError(f"change_current_allocator(): {allocator!r} is the {obj.name!r} "
+                         f"backend's own allocator, which cannot allocate for {b.name!r}; "
+                         f"pass {b.name!r}'s _get_current_allocator() or a PluggableAllocator")
     from . import _registry
     with _current_lock, _registry._lock:
         initialized = b.name in _current or any(
             name == b.name for name, _ in _registry._allocators)
         if initialized:
             raise RuntimeError("Can't swap an already initialized allocator")
-        _current[b.name] = allocator
+        if isinstance(obj, PluggableAllocator):
+            _current[b.name] = obj
+        # (the backend's own allocator: it stays, nothing to swap)
+
+
+def get_current_allocator(device_type: str | None = None) -> _CUDAAllocator:
+    """The allocator of a backend (PyTorch's ``torch.cuda.memory._get_current_allocator``):
+    a new ``_CUDAAllocator`` wrapping the :class:`PluggableAllocator` that
+    :func:`change_current_allocator` swapped in, or else the backend's own allocator
+    (:class:`NativeAllocator`, one object per backend, whichever of ``native`` and
+    ``cudaMallocAsync`` :func:`get_allocator_backend` names). It starts no allocator.
+
+    Args:
+        device_type: the backend name; ``None`` is the current accelerator. Device modules
+            (``accelrt.cuda.memory._get_current_allocator()``) bind their own.
+
+    Example::
+
+        >>> from accelrt.memory._pluggable import get_current_allocator
+        >>> get_current_allocator("cpu").allocator()
+        NativeAllocator('cpu')
+    """
+    b = _backend_of(device_type)
+    with _current_lock:
+        obj: PluggableAllocator | NativeAllocator | None = _current.get(b.name)
+        if obj is None:
+            obj = _natives.get(b.name)
+            if obj is None:
+                obj = _natives[b.name] = NativeAllocator(b.name)
+    return _CUDAAllocator(obj)
 
 
 def get_allocator_backend(device_type: str | None = None) -> str:

@@ -220,7 +220,22 @@ def _apply_config_to_all(cfg: AllocatorConfig) -> None:
 def _warn_fallbacks() -> None:
     """The fallback warning of each open allocator that asks for expandable segments on a
     device without virtual memory (once per backend); call it with no lock held, after every
-    allocator took the settings (a warnings filter may raise)."""
+    allocator took the settings.
+
+    A warnings filter (``-W error``) or a ``showwarning`` hook may raise: every backend's
+    warning is still issued (each is marked as warned when issued), and the first exception
+    is raised once all were, with the later ones' messages as its notes (Python 3.11+). So
+    one call raises for all of them, as PyTorch's once-per-process warning raises once,
+    and a later, unrelated call does not raise for a backend this one skipped."""
+    first: BaseException | None = None
     for a in _open_allocators():
-        a.warn_if_fallback()
+        try:
+            a.warn_if_fallback()
+        except Exception as exc:  # noqa: BLE001 - re-raised below, after the other backends
+            if first is None:
+                first = exc
+            elif hasattr(first, "add_note"):
+                first.add_note(f"also: {exc}")
+    if first is not None:
+        raise first
 
