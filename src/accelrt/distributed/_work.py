@@ -333,12 +333,13 @@ class Work:
 
     def is_completed(self) -> bool:
         """True once the operation completed (point-to-point: its data arrived)."""
-        if self._request is not None:
+        req = self._request   # (once: another thread may finish the work and clear it)
+        if req is not None:
             try:
-                return self._request.test()
+                return req.test()
             except Exception as exc:
                 assert self._group is not None
-                self._exc = self._group._engine_error(self._op, self._seq, exc)
+                self._failed(self._group._engine_error(self._op, self._seq, exc), exc)
                 return True
         if self._event is not None:
             return self._event.query()

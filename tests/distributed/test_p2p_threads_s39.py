@@ -1,0 +1,232 @@
+"""Point-to-point work used from several threads at once (session 39).
+
+torch's ``Work`` is thread-safe: any thread may call ``is_completed()``, ``wait()`` and
+``_source_rank()`` at any time (torch 2.15, gloo, two ranks: three threads polling
+``is_completed()`` and one in ``wait()`` on an ``irecv`` from any source, 200 rounds, all saw
+source 0 and the data). accelrt's MPI work was not:
+
+* ``_MpiRequest.test()`` called ``MPI_Test`` while another thread was in ``MPI_Wait`` on the
+  same request, which MPI forbids: MPICH read a freed request ("INTERNAL ERROR: unexpected
+  value in case statement"), and a thread read the empty status of an already freed request,
+  source -2 (``MPI_ANY_SOURCE``), in about one round in fifteen;
+* ``ProcessGroup._reap`` rebuilt the list of work in flight from a snapshot: a work posted by
+  another thread meanwhile was dropped, and with it the group's reference to its arrays;
+* ``Work._complete_request`` let a second thread's ``wait()`` return while the first was still
+  landing a staged receive (and two threads could both run the landing).
+
+Orderings are made with events and barriers; the two-rank cases run under ``mpiexec`` with a
+hard timeout (``test_distributed.launch``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+import accelrt.distributed as dist
+
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
+pytestmark = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed "
+                                "(pip install 'accelrt[mpi]')")
+
+GATE = 30.0   # seconds any gate may take before the test fails (never reached when it passes)
+
+
+class _SpyRequest:
+    """Wraps an mpi4py request: counts its completion calls (``Test``/``Wait``) that overlap
+    another, that come after the request completed, and those that completed it (an error
+    completes it too: MPI frees a failed request)."""
+
+    def __init__(self, req: Any) -> None:
+        self.req = req
+        self.lock = threading.Lock()
+        self.inside = self.overlaps = self.after_done = self.completions = 0
+        self.in_wait = threading.Event()
+
+    def _call(self, name: str, status: Any) -> bool:
+        with self.lock:
+            self.inside += 1
+            self.overlaps += self.inside > 1
+            self.after_done += self.completions > 0
+        if name == "Wait":
+            self.in_wait.set()
+        done = True
+        try:
+            done = bool(getattr(self.req, name)(status)) or name == "Wait"
+        finally:
+            with self.lock:
+                self.inside -= 1
+                self.completions += done
+        return done
+
+    def Test(self, status: Any = None) -> bool:
+        return self._call("Test", status)
+
+    def Wait(self, status: Any = None) -> bool:
+        return self._call("Wait", status)
+
+
+def _spy(w: dist.Work) -> _SpyRequest:
+    spy = _SpyRequest(w._request._req)   # type: ignore[union-attr,attr-defined]
+    w._request._req = spy                # type: ignore[union-attr,attr-defined]
+    return spy
+
+
+def _threads(*fns: Callable[[], object]) -> tuple[list[threading.Thread], list[BaseException]]:
+    """Start a thread per function; the errors they raise are collected."""
+    errors: list[BaseException] = []
+
+    def run(fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except BaseException as exc:   # noqa: BLE001 - reported by the test
+            errors.append(exc)
+
+    ts = [threading.Thread(target=run, args=(fn,), daemon=True) for fn in fns]
+    for t in ts:
+        t.start()
+    return ts, errors
+
+
+def _join(ts: list[threading.Thread], errors: list[BaseException]) -> None:
+    for t in ts:
+        t.join(GATE)
+        assert not t.is_alive(), "a thread hung"
+    assert not errors, errors
+
+
+@pytest.fixture
+def fast_switching() -> Iterator[None]:
+    """Threads switch every microsecond (races that need a switch in a few bytecodes)."""
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(before)
+
+
+# ------------------------------------------------------------------ one rank, in process
+def test_no_mpi_test_while_another_thread_waits(one_rank_world: None) -> None:
+    got = np.zeros(4, np.float32)
+    w = dist.irecv(got, None, tag=31)
+    spy = _spy(w)
+    ts, errors = _threads(w.wait)
+    assert spy.in_wait.wait(GATE)
+    # the waiter owns the request: a poll answers "not yet" without calling MPI
+    assert [w.is_completed() for _ in range(50)] == [False] * 50
+    assert spy.overlaps == 0
+    s = dist.isend(np.arange(4, dtype=np.float32), 0, tag=31)
+    _join(ts, errors)
+    s.wait()
+    sources: list[int] = []
+    start = threading.Barrier(4)
+
+    def read() -> None:
+        start.wait(GATE)
+        sources.append(w.source_rank())
+        assert w.is_completed() and w.wait()
+
+    _join(*_threads(*[read] * 4))
+    assert sources == [0] * 4 and got.tolist() == [0, 1, 2, 3]
+    # one completing call (the Wait), none after it, none concurrent
+    assert (spy.completions, spy.after_done, spy.overlaps) == (1, 0, 0)
+
+
+def test_bounded_wait_beside_a_blocked_wait(one_rank_world: None) -> None:
+    """``wait(timeout=)`` in one thread while another is in ``wait()``: it times out (or
+    completes) by polling, without an ``MPI_Test`` beside the other's ``MPI_Wait``."""
+    got = np.zeros(2, np.float32)
+    w = dist.irecv(got, 0, tag=39)
+    spy = _spy(w)
+    ts, errors = _threads(w.wait)
+    assert spy.in_wait.wait(GATE)
+    with pytest.raises(dist.DistTimeoutError, match=r"irecv .*did not complete within 0.05 s"):
+        w.wait(timeout=0.05)
+    bounded, bounded_errors = _threads(lambda: w.wait(timeout=GATE))
+    dist.isend(np.ones(2, np.float32), 0, tag=39).wait()
+    _join(ts + bounded, errors + bounded_errors)
+    assert got.tolist() == [1, 1] and w.source_rank() == 0
+    assert (spy.completions, spy.after_done, spy.overlaps) == (1, 0, 0)
+
+
+def test_failed_request_keeps_its_error(one_rank_world: None) -> None:
+    """A receive that failed (a message too long for its array) raises from every later call,
+    in any thread, without asking MPI again (MPI freed the request: its empty status answered
+    source -2, and source_rank() returned it)."""
+    w = dist.irecv(np.zeros(2, np.float32), 0, tag=32)
+    spy = _spy(w)
+    dist.isend(np.zeros(4, np.float32), 0, tag=32).wait()
+    assert w.is_completed()   # failed: completed, with an error
+    assert w.exception() is not None and "truncat" in str(w.exception()).lower()
+    errors: list[str] = []
+    for call in (w.wait, w.source_rank, w.wait):
+        with pytest.raises(dist.DistBackendError) as info:
+            call()
+        errors.append(str(info.value))
+    assert all("truncat" in e.lower() for e in errors), errors
+    assert spy.after_done == 0 and spy.completions == 1
+
+
+def _hammer_round(make: Callable[[], tuple[dist.Work, Callable[[], None]]],
+                  pollers: int, waiters: int, check: Callable[[dist.Work], None]) -> None:
+    """One round: ``make()`` posts a work and returns it with the call that completes it
+    (run once every thread is started); ``pollers`` threads call ``is_completed()`` until it
+    answers True, ``waiters`` threads ``wait()``; then each calls ``check(work)``."""
+    w, complete = make()
+    start = threading.Barrier(pollers + waiters + 1)
+
+    def poller() -> None:
+        start.wait(GATE)
+        while not w.is_completed():
+            pass
+        check(w)
+
+    def waiter() -> None:
+        start.wait(GATE)
+        assert w.wait()
+        check(w)
+
+    ts, errors = _threads(*[poller] * pollers, *[waiter] * waiters)
+    start.wait(GATE)
+    complete()
+    _join(ts, errors)
+    assert w.wait() and w.is_completed()
+    check(w)
+
+
+def test_hammer_irecv_from_any_source(one_rank_world: None, fast_switching: None) -> None:
+    for rnd in range(60):
+        got = np.zeros(4, np.float32)
+
+        def make() -> tuple[dist.Work, Callable[[], None]]:
+            w = dist.irecv(got, None, tag=37)
+            return w, lambda: dist.isend(np.full(4, float(rnd), np.float32), 0, tag=37).wait()
+
+        def check(w: dist.Work) -> None:
+            assert w.source_rank() == 0 and w._source_rank() == 0
+
+        _hammer_round(make, pollers=3, waiters=2, check=check)
+        assert got.tolist() == [float(rnd)] * 4
+
+
+def test_hammer_isend(one_rank_world: None, fast_switching: None) -> None:
+    for rnd in range(60):
+        got = np.zeros(4, np.float32)
+        r: list[dist.Work] = []
+
+        def make() -> tuple[dist.Work, Callable[[], None]]:
+            w = dist.isend(np.full(4, float(rnd), np.float32), 0, tag=38)
+            return w, lambda: r.append(dist.irecv(got, 0, tag=38))
+
+        def check(w: dist.Work) -> None:
+            assert w.exception() is None
+
+        _hammer_round(make, pollers=3, waiters=2, check=check)
+        assert r[0].wait() and got.tolist() == [float(rnd)] * 4
