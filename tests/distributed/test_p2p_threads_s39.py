@@ -230,3 +230,70 @@ def test_hammer_isend(one_rank_world: None, fast_switching: None) -> None:
 
         _hammer_round(make, pollers=3, waiters=2, check=check)
         assert r[0].wait() and got.tolist() == [float(rnd)] * 4
+
+
+def test_work_posted_while_another_thread_reaps_is_kept(one_rank_world: None) -> None:
+    g = dist.group.WORLD
+    assert isinstance(g, dist.ProcessGroup)
+    a, b = np.zeros(2, np.float32), np.zeros(2, np.float32)
+    w1 = dist.irecv(a, 0, tag=33)
+    polling, release = threading.Event(), threading.Event()
+    poll = w1._poll
+    calls = [0]
+
+    def gated_poll() -> bool:
+        calls[0] += 1
+        if calls[0] == 1:     # the reaping thread stops inside its loop
+            polling.set()
+            assert release.wait(GATE)
+        return poll()
+
+    w1._poll = gated_poll   # type: ignore[method-assign]
+    ts, errors = _threads(g._reap)
+    assert polling.wait(GATE)
+    w2 = dist.irecv(b, 0, tag=34)   # posting reaps too (w1 still pending), then keeps w2
+    release.set()
+    _join(ts, errors)
+    assert w1 in g._in_flight and w2 in g._in_flight
+    dist.isend(np.ones(2, np.float32), 0, tag=33).wait()
+    dist.isend(np.full(2, 2.0, np.float32), 0, tag=34).wait()
+    assert w1.wait() and w2.wait()
+    assert a.tolist() == [1, 1] and b.tolist() == [2, 2]
+    assert g._in_flight == []
+
+
+def test_threads_posting_and_reaping_lose_no_work(one_rank_world: None,
+                                                  fast_switching: None) -> None:
+    g = dist.group.WORLD
+    assert isinstance(g, dist.ProcessGroup)
+    n, per = 4, 40
+    start = threading.Barrier(n + 1)
+    posted: list[list[tuple[dist.Work, np.ndarray]]] = [[] for _ in range(n)]
+    stop = threading.Event()
+
+    def poster(k: int) -> None:
+        start.wait(GATE)
+        for i in range(per):
+            buf = np.zeros(1, np.int64)
+            posted[k].append((dist.irecv(buf, 0, tag=1000 + k * per + i), buf))
+
+    def reaper() -> None:
+        start.wait(GATE)
+        while not stop.is_set():
+            g._reap()
+
+    reap_ts, reap_errors = _threads(reaper)
+    ts, errors = _threads(*[lambda k=k: poster(k) for k in range(n)])
+    _join(ts, errors)
+    stop.set()
+    _join(reap_ts, reap_errors)
+    # every receive is pending (nothing was sent): the group keeps every one
+    ids = {id(w) for w in g._in_flight}
+    lost = [k * per + i for k in range(n) for i, (w, _) in enumerate(posted[k])
+            if id(w) not in ids]
+    assert not lost and len(g._in_flight) == n * per
+    for k in range(n):
+        for i, (w, buf) in enumerate(posted[k]):
+            dist.isend(np.array([k * per + i]), 0, tag=1000 + k * per + i).wait()
+            assert w.wait() and buf[0] == k * per + i
+    assert g._in_flight == []
