@@ -21,14 +21,17 @@ hard timeout (``test_distributed.launch``).
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+import accelrt as acc
 import accelrt.distributed as dist
 
 HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
@@ -297,3 +300,228 @@ def test_threads_posting_and_reaping_lose_no_work(one_rank_world: None,
             dist.isend(np.array([k * per + i]), 0, tag=1000 + k * per + i).wait()
             assert w.wait() and buf[0] == k * per + i
     assert g._in_flight == []
+
+
+@pytest.fixture
+def staged() -> Iterator[None]:
+    """Receives into accelrt arrays land through a pinned staging block
+    (``ACCELRT_MPI_STAGE=1``): their work has a landing to run (``Work._finish``)."""
+    from accelrt.distributed._group import read_debug_level
+    before = os.environ.get("ACCELRT_MPI_STAGE")
+    os.environ["ACCELRT_MPI_STAGE"] = "1"
+    read_debug_level()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["ACCELRT_MPI_STAGE"]
+        else:
+            os.environ["ACCELRT_MPI_STAGE"] = before
+        read_debug_level()
+
+
+def test_no_wait_returns_before_the_landing_ran(one_rank_world: None, staged: None) -> None:
+    got = acc.zeros((3,), device="cpu")
+    w = dist.irecv(got, 0, tag=35)
+    assert w._finish is not None, "not staged: the test needs a landing"
+    land = w._finish
+    entered, release, progress = threading.Event(), threading.Event(), threading.Event()
+    landings: list[int] = []
+    seen: list[tuple[bool, list[float]]] = []
+
+    def gated_landing() -> None:
+        entered.set()
+        assert release.wait(GATE)
+        land()
+        landings.append(1)
+
+    w._finish = gated_landing
+    req = w._request
+    assert req is not None
+    req_wait, reached = req.wait, []
+
+    def counted_wait() -> int:       # the second call: the second thread reached the request
+        reached.append(1)
+        if len(reached) == 2:
+            progress.set()
+        return req_wait()
+
+    req.wait = counted_wait          # type: ignore[method-assign]
+    dist.isend(np.full(3, 4.5, np.float32), 0, tag=35).wait()
+    first, first_errors = _threads(w.wait)
+    assert entered.wait(GATE)        # the first wait() is landing the data
+
+    def second() -> None:
+        w.wait()
+        seen.append((bool(landings), got.numpy().tolist()))
+        progress.set()
+
+    ts, errors = _threads(second)
+    assert progress.wait(GATE)       # the second wait() is inside, or (before) returned
+    release.set()
+    _join(first + ts, first_errors + errors)
+    assert seen == [(True, [4.5, 4.5, 4.5])]
+    assert landings == [1]
+
+
+def test_concurrent_waits_land_once(one_rank_world: None, staged: None,
+                                    fast_switching: None) -> None:
+    for rnd in range(30):
+        got = acc.zeros((2,), device="cpu")
+        w = dist.irecv(got, 0, tag=36)
+        land, landings = w._finish, []
+        assert land is not None
+
+        def counted(land: Callable[[], None] = land, landings: list[int] = landings) -> None:
+            landings.append(1)
+            land()
+
+        w._finish = counted
+        start = threading.Barrier(5)
+
+        def waiter() -> None:
+            start.wait(GATE)
+            assert w.wait()
+            assert got.numpy().tolist() == [float(rnd)] * 2
+
+        def poller() -> None:
+            start.wait(GATE)
+            while not w.is_completed():
+                pass
+            assert w.source_rank() == 0
+
+        ts, errors = _threads(waiter, waiter, waiter, poller)
+        start.wait(GATE)
+        dist.isend(np.full(2, float(rnd), np.float32), 0, tag=36).wait()
+        _join(ts, errors)
+        assert landings == [1]
+
+
+# ------------------------------------------------------------------ two ranks, mpiexec
+_RANKS = r'''
+import sys
+import threading
+import numpy as np
+import accelrt.distributed as dist
+from rank_cases import Cases
+
+dist.init_process_group("cpu:mpi", timeout=60)
+r = dist.get_rank()
+case = Cases(r, after=dist.barrier)
+sys.setswitchinterval(1e-6)
+ROUNDS = 40
+
+
+def hammer(w, pollers, waiters, check):
+    """pollers threads poll is_completed(), waiters threads wait(), then all check(w);
+    returns once every thread is started (the caller then lets the peer go on)"""
+    start = threading.Barrier(pollers + waiters + 1)
+    errors = []
+
+    def run(fn):
+        try:
+            start.wait(30)
+            fn()
+            check(w)
+        except BaseException as exc:
+            errors.append(repr(exc))
+
+    def poll():
+        while not w.is_completed():
+            pass
+
+    ts = [threading.Thread(target=run, args=(poll,)) for _ in range(pollers)]
+    ts += [threading.Thread(target=run, args=(w.wait,)) for _ in range(waiters)]
+    for t in ts:
+        t.start()
+    start.wait(30)
+    return ts, errors
+
+
+def join(ts, errors):
+    for t in ts:
+        t.join(30)
+        assert not t.is_alive(), "a thread hung"
+    assert not errors, errors[:3]
+
+
+@case
+def irecv_from_any_source_from_many_threads():
+    for rnd in range(ROUNDS):
+        if r == 0:
+            dist.barrier()            # rank 1's threads are running
+            dist.send(np.full(4, float(rnd), np.float32), 1, tag=5)
+        else:
+            got = np.zeros(4, np.float32)
+            w = dist.irecv(got, None, tag=5)
+
+            def check(w):
+                assert w.source_rank() == 0, w.source_rank()
+
+            ts, errors = hammer(w, 3, 2, check)
+            dist.barrier()
+            join(ts, errors)
+            assert got.tolist() == [float(rnd)] * 4 and w.source_rank() == 0
+
+
+@case
+def isend_from_many_threads():
+    for rnd in range(ROUNDS):
+        if r == 0:
+            w = dist.isend(np.full(4, float(rnd), np.float32), 1, tag=6)
+
+            def check(w):
+                assert w.exception() is None
+
+            ts, errors = hammer(w, 3, 2, check)
+            dist.barrier()            # the threads are running: rank 1 receives
+            join(ts, errors)
+        else:
+            got = np.zeros(4, np.float32)
+            dist.barrier()
+            assert dist.recv(got, 0, tag=6) == 0
+            assert got.tolist() == [float(rnd)] * 4
+
+
+@case
+def receives_posted_from_threads_at_once():
+    n, per = 3, 20
+    if r == 0:
+        dist.barrier()
+        for k in range(n * per):
+            dist.send(np.array([k]), 1, tag=100 + k)
+    else:
+        works = [None] * (n * per)
+        bufs = [np.full(1, -1) for _ in range(n * per)]
+        start = threading.Barrier(n)
+
+        def post(k):
+            start.wait(30)
+            for i in range(k * per, (k + 1) * per):
+                works[i] = dist.irecv(bufs[i], None if i % 2 else 0, tag=100 + i)
+
+        ts = [threading.Thread(target=post, args=(k,)) for k in range(n)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(30)
+        g = dist.group.WORLD
+        assert all(w in g._in_flight or w.is_completed() for w in works)
+        dist.barrier()
+        for i, w in enumerate(works):
+            assert w.wait() and w.source_rank() == 0 and bufs[i][0] == i
+
+
+case.done()
+dist.destroy_process_group()
+'''
+
+
+def test_two_ranks_hammer_one_work(tmp_path: Path) -> None:
+    from rank_cases import write_script
+    from test_distributed import MPIEXEC, _check_cases, launch
+    if MPIEXEC is None:
+        pytest.skip("needs mpiexec (pip install 'accelrt[mpi]')")
+    script = write_script(tmp_path, _RANKS)
+    rc, out, _ = launch(2, str(script), timeout=120)
+    assert _check_cases(2, out, rc) == 3, out[-3000:]
