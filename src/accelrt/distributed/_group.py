@@ -175,8 +175,7 @@ class ProcessGroup:
         #: point-to-point operations posted and not known to be complete: the group holds
         #: their work handles, and so their arrays, until the engine is done with them (a
         #: caller may drop the handle of an isend at once; torch's process groups keep the
-        #: work, too); :meth:`_post` forgets the completed ones. Changed under
-        #: ``_flight_lock`` only: threads post, reap and forget at once
+        #: work, too); :meth:`_post` forgets the completed ones. Changed under the lock only
         self._in_flight: list[Work] = []
         self._flight_lock = threading.Lock()
         self._p2p = 0   # point-to-point operations among the _seq (see next_p2p_seq)
@@ -974,12 +973,12 @@ class ProcessGroup:
         """Complete and forget the point-to-point work of :attr:`_in_flight` that the engine
         finished (a staged receive lands, a staging block goes back; an error stays with its
         work handle, raised by its ``wait()``). Threads may post and reap at once: the works
-        are polled outside ``_flight_lock`` (finishing one takes it, in :meth:`_forget`), and
-        only those found done are dropped, not the list of a moment ago."""
+        are polled outside the lock (finishing one takes it, in :meth:`_forget`), and only
+        those found done are dropped, not the list of a moment ago."""
         if not self._in_flight:
             return
         with self._flight_lock:
-            works = list(self._in_flight)
+            works = self._in_flight[:]
         done: list[Work] = []
         for w in works:
             try:
@@ -988,13 +987,12 @@ class ProcessGroup:
             except Exception:   # noqa: BLE001 - kept by the work: its wait() raises it
                 done.append(w)
         if done:
+            gone = {id(w) for w in done}
             with self._flight_lock:
-                gone = {id(w) for w in done}
                 self._in_flight = [w for w in self._in_flight if id(w) not in gone]
 
     def _abandon_in_flight(self) -> list[Work]:
-        """Reap, then stop keeping the point-to-point work still in flight, and return it
-        (``destroy_process_group``: the engine may still read or write its arrays)."""
+        """Reap, then stop keeping (and return) the work still in flight: destroy's."""
         self._reap()
         with self._flight_lock:
             left, self._in_flight = self._in_flight, []
