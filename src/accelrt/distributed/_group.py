@@ -175,8 +175,9 @@ class ProcessGroup:
         #: point-to-point operations posted and not known to be complete: the group holds
         #: their work handles, and so their arrays, until the engine is done with them (a
         #: caller may drop the handle of an isend at once; torch's process groups keep the
-        #: work, too); :meth:`_post` forgets the completed ones
+        #: work, too); :meth:`_post` forgets the completed ones. Changed under the lock only
         self._in_flight: list[Work] = []
+        self._flight_lock = threading.Lock()
         self._p2p = 0   # point-to-point operations among the _seq (see next_p2p_seq)
         self._error: BaseException | None = None
         self._lock = threading.Lock()
@@ -956,28 +957,43 @@ class ProcessGroup:
             raise self._keep(self._engine_error(op, seq, exc), exc) from exc
         w = Work(self, op, seq, request=req, finish=finish,   # (the outputs keep `keep`)
                  outputs=[keep] if keep is not None else [], no_result=True)
-        self._in_flight.append(w)
+        with self._flight_lock:
+            self._in_flight.append(w)
         return w
 
     def _forget(self, w: Work) -> None:
         """Stop keeping ``w``, whose point-to-point operation completed (or failed)."""
-        try:
-            self._in_flight.remove(w)
-        except ValueError:
-            pass
+        with self._flight_lock:
+            try:
+                self._in_flight.remove(w)
+            except ValueError:
+                pass
 
     def _reap(self) -> None:
         """Complete and forget the point-to-point work of :attr:`_in_flight` that the engine
         finished (a staged receive lands, a staging block goes back; an error stays with its
-        work handle, raised by its ``wait()``)."""
+        work handle, raised by its ``wait()``). Threads may post and reap at once: the works
+        are polled outside the lock (finishing one takes it, in :meth:`_forget`), and only
+        those found done are dropped, not the list of a moment ago."""
         if not self._in_flight:
             return
-        pending = []
-        for w in self._in_flight:
+        with self._flight_lock:
+            works = self._in_flight[:]
+        done: list[Work] = []
+        for w in works:
             try:
-                if not w._poll():
-                    pending.append(w)
+                if w._poll():
+                    done.append(w)
             except Exception:   # noqa: BLE001 - kept by the work: its wait() raises it
-                pass
-        self._in_flight = pending
+                done.append(w)
+        if done:
+            gone = {id(w) for w in done}
+            with self._flight_lock:
+                self._in_flight = [w for w in self._in_flight if id(w) not in gone]
 
+    def _abandon_in_flight(self) -> list[Work]:
+        """Reap, then stop keeping (and return) the work still in flight: destroy's."""
+        self._reap()
+        with self._flight_lock:
+            left, self._in_flight = self._in_flight, []
+        return left

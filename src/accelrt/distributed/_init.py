@@ -710,9 +710,7 @@ def destroy_process_group(group: GroupArg = None) -> None:
         # point-to-point work the group holds: the completed is finished and forgotten; a
         # send or receive that never completed keeps its arrays for the process's life
         # (the engine may still read or write them)
-        pg._reap()
-        _ABANDONED.extend(pg._in_flight)
-        pg._in_flight = []
+        _ABANDONED.extend(pg._abandon_in_flight())
         for eng in pg._engines.values():
             try:
                 eng.destroy()

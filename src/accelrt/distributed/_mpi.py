@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -235,26 +236,69 @@ def cuda_aware() -> bool:
 
 
 class _MpiRequest(Request):
-    """An mpi4py request. A completed MPI request is freed (``MPI_REQUEST_NULL``), and a wait
-    on it answers an empty status (source ``MPI_ANY_SOURCE``): the source is read once, when
-    the request completes, by whichever of :meth:`test` and :meth:`wait` sees it first."""
+    """An mpi4py request that any thread may test and wait on at any time, as torch's ``Work``.
+
+    MPI forbids concurrent completion calls on one request (an ``MPI_Test`` while another
+    thread is in ``MPI_Wait``: MPICH then read a freed request, "INTERNAL ERROR: unexpected
+    value in case statement"), and a completed request is freed (``MPI_REQUEST_NULL``): a later
+    test or wait answers an empty status, whose source reads ``MPI_ANY_SOURCE`` (-2). So the
+    request has one owner at a time (``_lock``): :meth:`wait` holds it through ``MPI_Wait``;
+    :meth:`test` takes it only if it is free (held, another thread is completing the request:
+    not known complete yet, False). The call that completes the request keeps its source, or
+    its error, which every later call answers without calling MPI again."""
+
+    __slots__ = ("_error", "_lock", "_rank_of", "_req", "_source", "_status")
 
     def __init__(self, req: Any, status: Any, rank_of: Any) -> None:
         self._req, self._status, self._rank_of = req, status, rank_of
         self._source: int | None = None
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+
+    def _keep(self, exc: BaseException) -> None:
+        """Keep ``exc`` (a copy that holds no frames) as the request's outcome."""
+        from ._work import detached
+        self._error = detached(exc)
+
+    def _raise_kept(self) -> None:
+        if self._error is not None:
+            from ._work import detached
+            raise detached(self._error)   # a fresh copy each time (no frames pile up)
 
     def test(self) -> bool:
-        if self._source is None:
-            if not self._req.Test(self._status):
-                return False
-            self._source = int(self._status.Get_source())
-        return True
+        if self._source is not None:
+            return True
+        if not self._lock.acquire(False):   # (held: another thread is completing it)
+            return False
+        try:
+            if self._source is None:
+                if self._error is not None:
+                    self._raise_kept()
+                try:
+                    if not self._req.Test(self._status):
+                        return False
+                except Exception as exc:
+                    self._keep(exc)
+                    raise
+                self._source = int(self._status.Get_source())
+            return True
+        finally:
+            self._lock.release()
 
     def wait(self) -> int:
-        if self._source is None:
-            self._req.Wait(self._status)
-            self._source = int(self._status.Get_source())
-        return self._source
+        source = self._source
+        if source is not None:
+            return source
+        with self._lock:
+            if self._source is None:
+                self._raise_kept()
+                try:
+                    self._req.Wait(self._status)
+                except Exception as exc:
+                    self._keep(exc)
+                    raise
+                self._source = int(self._status.Get_source())
+            return self._source
 
 
 class MpiEngine(Engine):

@@ -225,6 +225,8 @@ class Work:
         self._group, self._op, self._seq = group, op, seq
         self._event, self._stream_of = event, stream_of
         self._request, self._finish = request, finish
+        #: held while one thread finishes a point-to-point work (:meth:`_complete_request`)
+        self._finishing = threading.Lock() if request is not None else None
         self._outputs = list(outputs)
         self._done = event is None and request is None
         self._source = -1
@@ -260,25 +262,39 @@ class Work:
                                 seq=self._seq)
 
     def _complete_request(self, timeout: float | None) -> None:
+        """Wait for the point-to-point request, then finish the work once: its source read,
+        its landing (``_finish``) run, the group no longer keeping it. Any number of threads
+        may call it at once (``wait``, ``is_completed`` through the group's reaping,
+        ``source_rank``): the first to get ``_finishing`` finishes, the others wait for that
+        and return; ``_request`` is cleared last, so a thread that finds it None returns only
+        after the landing ran."""
         req, g = self._request, self._group
-        assert req is not None and g is not None
+        if req is None:       # finished by another thread
+            return
+        assert g is not None and self._finishing is not None
         try:
             if timeout is not None:
                 wait_until(req.test, timeout, lambda: self._timed_out(timeout))
-                self._source = req.wait()
+                source = req.wait()
             else:
                 with WATCHDOG.watching(g, self._op, self._seq):
-                    self._source = req.wait()
+                    source = req.wait()
         except DistTimeoutError:
             raise
         except Exception as exc:
             g._forget(self)   # (done, by failing: the group no longer keeps its arrays)
             raise self._failed(g._engine_error(self._op, self._seq, exc), exc) from exc
-        self._request = None
-        g._forget(self)
-        if self._finish is not None:
+        with self._finishing:
+            if self._request is None:    # another thread finished it while this one waited
+                return
+            self._source = source
             fin, self._finish = self._finish, None
-            fin()
+            try:
+                if fin is not None:
+                    fin()
+            finally:
+                self._request = None
+                g._forget(self)
 
     def _poll(self) -> bool:
         """True once the operation is complete, having finished a completed point-to-point
@@ -311,7 +327,7 @@ class Work:
         """
         timeout = _wait_seconds(timeout)
         if self._request is not None:
-            self._complete_request(timeout)
+            self._complete_request(timeout)   # (returns at once if another thread finished)
         elif self._event is not None:
             if timeout is not None:
                 wait_until(self._event.query, timeout, lambda: self._timed_out(timeout))
@@ -333,12 +349,13 @@ class Work:
 
     def is_completed(self) -> bool:
         """True once the operation completed (point-to-point: its data arrived)."""
-        if self._request is not None:
+        req = self._request   # (once: another thread may finish the work and clear it)
+        if req is not None:
             try:
-                return self._request.test()
+                return req.test()
             except Exception as exc:
                 assert self._group is not None
-                self._exc = self._group._engine_error(self._op, self._seq, exc)
+                self._failed(self._group._engine_error(self._op, self._seq, exc), exc)
                 return True
         if self._event is not None:
             return self._event.query()
