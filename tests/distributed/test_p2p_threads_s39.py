@@ -397,6 +397,22 @@ def test_concurrent_waits_land_once(one_rank_world: None, staged: None,
         assert landings == [1]
 
 
+def test_is_completed_true_means_the_staged_data_landed(one_rank_world: None,
+                                                       staged: None) -> None:
+    """torch's ``is_completed()`` is True once the received data is in the tensor; a staged
+    receive (``ACCELRT_MPI_STAGE=1``) answered True while its data still sat in the staging
+    block, until a ``wait()`` or the group's next reap landed it."""
+    for rnd in range(5):
+        got = acc.zeros((4,), device="cpu")
+        w = dist.irecv(got, 0, tag=37)
+        assert w._finish is not None, "not staged: the test needs a landing"
+        dist.isend(np.full(4, rnd + 0.5, np.float32), 0, tag=37).wait()
+        while not w.is_completed():
+            pass
+        assert got.numpy().tolist() == [rnd + 0.5] * 4
+        assert w.source_rank() == 0 and w.is_success()
+
+
 # ------------------------------------------------------------------ two ranks, mpiexec
 _RANKS = r'''
 import sys

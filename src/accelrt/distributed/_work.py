@@ -348,15 +348,21 @@ class Work:
         self._waited = True
 
     def is_completed(self) -> bool:
-        """True once the operation completed (point-to-point: its data arrived)."""
+        """True once the operation completed (point-to-point: its data is in the array, as
+        torch's: a staged receive lands here, before True is answered)."""
         req = self._request   # (once: another thread may finish the work and clear it)
         if req is not None:
             try:
-                return req.test()
-            except Exception as exc:
-                assert self._group is not None
-                self._failed(self._group._engine_error(self._op, self._seq, exc), exc)
-                return True
+                if not req.test():
+                    return False
+                self._complete_request(None)   # (done: no wait; lands a staged receive)
+            except Exception as exc:   # kept (a failed receive: by _complete_request)
+                if self._exc is None:
+                    assert self._group is not None
+                    err = exc if isinstance(exc, DistError) else self._group._engine_error(
+                        self._op, self._seq, exc)
+                    self._failed(err, exc)
+            return True
         if self._event is not None:
             return self._event.query()
         return True
