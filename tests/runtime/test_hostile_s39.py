@@ -1,0 +1,93 @@
+"""Session 39: hostile inputs to the surfaces sessions 36-38 added.
+
+Each test failed before its fix; torch 2.15 (CPU build, ``/tmp/t215``) was run on the same
+calls where it can be, and its source read where it cannot (CUDA-only bindings).
+
+1. ``ProcessGroup.set_timeout`` read its argument with ``float()``: torch's own argument, a
+   ``datetime.timedelta``, raised ``TypeError: float() argument must be ... not
+   'datetime.timedelta'``; ``None``/``""`` raised ``float()``'s words, and ``-1``, ``0``,
+   ``nan``, ``2**70`` were taken (torch 2.15's gloo refuses a negative timedelta and NaN:
+   "Invalid timeout").
+2. A ``str`` subclass is read by its value where torch's bindings read a ``std::string``:
+   a store key/value/host name, a device string, a ``capture_error_mode``. accelrt hashed or
+   compared the object, so a subclass whose ``__hash__``/``__eq__``/``__str__`` raises made
+   its error escape from inside accelrt (torch 2.15: ``TCPStore.set(OddStr("k"), ...)``
+   works).
+3. ``memory_snapshot(mempool_id=(-1, -1))`` (or ``(2**64, 0)``) was taken and matched no pool;
+   a pool id is a pair of ints in ``[0, 2**64)``, as graph pool ids are checked.
+4. ``multiprocessing``: ``SpawnContext``/``ProcessContext`` with items that are no processes
+   raised ``AttributeError: 'int' object has no attribute 'sentinel'``; ``join(timeout=2**70)``
+   raised ``OverflowError`` from ``select``, ``join(timeout="1")`` a ``TypeError`` about
+   ``+``, and a bad ``grace_period`` raised only after a failure, while the other processes
+   still ran; ``start_processes(nprocs=2**70)`` started processes until the system refused
+   one and left them running (a start that fails part way now ends those it started).
+"""
+
+from __future__ import annotations
+
+import datetime
+import multiprocessing
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import accelrt as acc
+import accelrt.distributed as dist
+import accelrt.multiprocessing as amp
+from accelrt import memory
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+class OddStr(str):
+    """A str whose own methods raise: only its value may be read."""
+
+    def __hash__(self) -> int:
+        raise RuntimeError("OddStr.__hash__ was called")
+
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("OddStr.__eq__ was called")
+
+    def __ne__(self, other: object) -> bool:
+        raise RuntimeError("OddStr.__ne__ was called")
+
+    def __str__(self) -> str:
+        raise RuntimeError("OddStr.__str__ was called")
+
+    def encode(self, *a: object, **k: object) -> bytes:
+        raise RuntimeError("OddStr.encode was called")
+
+
+# ------------------------------------------------------ 1. ProcessGroup.set_timeout
+
+def test_process_group_set_timeout_takes_torchs_timedelta(one_rank_world: None) -> None:
+    # before: float(timedelta) raised TypeError; torch's ProcessGroup.set_timeout takes one
+    w = dist.group.WORLD
+    assert w is not None
+    w.set_timeout(datetime.timedelta(seconds=7))
+    assert w.timeout == 7.0
+    w.set_timeout(2.5)       # seconds still (torch's binding takes a float too)
+    assert w.timeout == 2.5
+    dist.barrier()
+
+
+@pytest.mark.parametrize("value, cls", [
+    (None, TypeError), ("", TypeError), ("5", TypeError), (True, TypeError),
+    ([1], TypeError), (object(), TypeError),
+    (-1, ValueError), (0, ValueError), (float("nan"), ValueError), (2 ** 70, ValueError),
+    (datetime.timedelta(seconds=-1), ValueError), (float("inf"), ValueError),
+], ids=lambda v: repr(v)[:20])
+def test_process_group_set_timeout_refuses_bad_values(one_rank_world: None, value: object,
+                                                     cls: type[Exception]) -> None:
+    # before: None/""/[1] raised float()'s own words, and -1, 0, nan, 2**70, True were taken
+    w = dist.group.WORLD
+    assert w is not None
+    w.set_timeout(30.0)
+    with pytest.raises(cls, match="timeout"):
+        w.set_timeout(value)   # type: ignore[arg-type]  # the hostile value
+    assert w.timeout == 30.0     # unchanged
+    dist.barrier()
