@@ -91,3 +91,46 @@ def test_process_group_set_timeout_refuses_bad_values(one_rank_world: None, valu
         w.set_timeout(value)   # type: ignore[arg-type]  # the hostile value
     assert w.timeout == 30.0     # unchanged
     dist.barrier()
+
+
+# ------------------------------------------------------------ 2. str subclasses by value
+
+def test_store_reads_a_str_subclass_by_its_value() -> None:
+    # before: the key's __hash__ and __str__ were called (RuntimeError from OddStr); torch
+    # 2.15's TCPStore(OddStr("127.0.0.1"), ...).set(OddStr("k"), OddStr("v")) works
+    s = dist.TCPStore(OddStr("127.0.0.1"), 0, 1, True, datetime.timedelta(seconds=10))
+    s.set(OddStr("k"), OddStr("v"))
+    assert s.get(OddStr("k")) == b"v"
+    assert s.add(OddStr("n"), 2) == 2
+    assert s.check([OddStr("k")]) is True
+    s.append(OddStr("k"), OddStr("w"))
+    assert s.multi_get([OddStr("k")]) == [b"vw"]
+    assert s.delete_key(OddStr("k")) is True
+    h = dist.HashStore()
+    h.set(OddStr("a"), OddStr("b"))
+    assert h.get("a") == b"b"
+
+
+def test_device_string_of_a_str_subclass_is_read_by_its_value() -> None:
+    # before: the device parser's cache called the string's __hash__
+    assert acc.device(OddStr("cpu:0")) == acc.device("cpu:0")
+    assert acc.device(OddStr("cpu"), 0) == acc.device("cpu:0")
+    assert acc.device(type=OddStr("cpu"), index=0) == acc.device("cpu:0")
+    before = memory.memory_allocated("cpu:0")
+    assert memory.memory_allocated(OddStr("cpu:0")) == before
+    a = acc.zeros(3, device=OddStr("cpu"))
+    assert a.device == acc.device("cpu:0")
+
+
+def test_capture_error_mode_of_a_str_subclass_is_read_by_its_value() -> None:
+    # before: the mode was compared with OddStr.__eq__ (and kept as the subclass)
+    g = acc.cpu.Graph()
+    x = acc.zeros(4, device="cpu")
+    with acc.cpu.graph(g, capture_error_mode=OddStr("thread_local")):
+        x.fill_(2.0)
+    g.replay()
+    assert x.tolist() == [2.0] * 4
+    g2 = acc.Graph(capture_error_mode=OddStr("relaxed"))
+    assert type(g2.capture_error_mode) is str and g2.capture_error_mode == "relaxed"
+    with pytest.raises(ValueError, match="Unknown capture error mode"):
+        acc.Graph(capture_error_mode=OddStr("GLOBAL"))

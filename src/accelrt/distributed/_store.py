@@ -63,7 +63,9 @@ def _key(key: object, what: str = "key") -> str:
                              ) from None
     if not isinstance(key, str):
         raise TypeError(f"{what} must be a str, got {type_shown(key)}")
-    return key
+    # a str subclass by its value, as torch's std::string binding reads it: its own __hash__,
+    # __eq__ or __str__ (which may raise) are not called where the key is used
+    return key if type(key) is str else str.__str__(key)
 
 
 def _keys(keys: object) -> list[str]:
@@ -82,7 +84,7 @@ def _values(values: object) -> list[Any]:
 
 def _value(value: object, what: str = "value") -> bytes:
     if isinstance(value, str):
-        return value.encode()
+        return str.encode(value)   # a str subclass by its value (its own encode not called)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     raise TypeError(f"{what} must be a str or bytes, got {type_shown(value)}")
