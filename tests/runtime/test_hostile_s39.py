@@ -134,3 +134,20 @@ def test_capture_error_mode_of_a_str_subclass_is_read_by_its_value() -> None:
     assert type(g2.capture_error_mode) is str and g2.capture_error_mode == "relaxed"
     with pytest.raises(ValueError, match="Unknown capture error mode"):
         acc.Graph(capture_error_mode=OddStr("GLOBAL"))
+
+
+# --------------------------------------------------------- 3. memory_snapshot(mempool_id)
+
+@pytest.mark.parametrize("pid", [(-1, -1), (2 ** 64, 0), (0, -1), (-2 ** 70, 0)])
+def test_memory_snapshot_refuses_a_pool_id_out_of_range(pid: tuple[int, int]) -> None:
+    # before: taken, and an empty list returned (no pool has that id)
+    with pytest.raises(TypeError, match=r"out of range.*\[0, 2\*\*64\)"):
+        memory.memory_snapshot(mempool_id=pid)
+    with pytest.raises(TypeError, match="out of range"):
+        acc.cpu.memory.memory_snapshot(mempool_id=pid)
+
+
+def test_memory_snapshot_takes_the_edges_of_the_range() -> None:
+    assert memory.memory_snapshot(mempool_id=(0, 2 ** 64 - 1)) == []
+    pool = memory.MemPool()
+    assert isinstance(memory.memory_snapshot(mempool_id=pool.id), list)
