@@ -151,3 +151,138 @@ def test_memory_snapshot_takes_the_edges_of_the_range() -> None:
     assert memory.memory_snapshot(mempool_id=(0, 2 ** 64 - 1)) == []
     pool = memory.MemPool()
     assert isinstance(memory.memory_snapshot(mempool_id=pool.id), list)
+
+
+# ------------------------------------------------------------------ 4. multiprocessing
+
+@pytest.mark.parametrize("processes, pipes, cls", [
+    (None, [], TypeError), (b"x", [], TypeError), ("ab", [], TypeError),
+    ([1], [], AttributeError), ([multiprocessing.get_context("fork").Process()], [],
+                                AttributeError),
+    ([], None, TypeError), ([], [1], AttributeError), ([], "", TypeError),
+], ids=["None", "bytes", "str", "int-item", "not-started", "pipes-None", "pipe-int",
+        "pipes-str"])
+def test_process_context_refuses_what_is_no_process(processes: object, pipes: object,
+                                                    cls: type[Exception]) -> None:
+    # before: AttributeError "'int' object has no attribute 'sentinel'" from inside
+    # ProcessContext (or a context that failed later, in join)
+    with pytest.raises(TypeError, match="ProcessContext"):
+        amp.ProcessContext(processes, pipes)   # type: ignore[arg-type]
+    with pytest.raises(cls), pytest.warns(UserWarning, match="SpawnContext is renamed"):
+        amp.SpawnContext(processes, pipes)   # type: ignore[arg-type]
+
+
+def test_process_context_refuses_pipes_of_another_count() -> None:
+    r, w = multiprocessing.Pipe(duplex=False)
+    try:
+        with pytest.raises(ValueError, match="0 processes but 1 error pipes"):
+            amp.ProcessContext([], [r])
+    finally:
+        r.close()
+        w.close()
+
+
+_JOIN_SCRIPT = textwrap.dedent("""
+    import faulthandler, multiprocessing, sys
+    faulthandler.dump_traceback_later(60, exit=True)
+    import accelrt.multiprocessing as amp
+
+    def child(i, go):
+        go.wait()          # runs until the parent says
+
+    if __name__ == "__main__":
+        go = multiprocessing.get_context("fork").Event()
+        ctx = amp.start_processes(child, args=(go,), nprocs=1, join=False,
+                                  start_method="fork")
+        out = []
+        for t in ["", "1", [1], float("nan"), b"x"]:
+            try:
+                ctx.join(t)
+                out.append("taken")
+            except (TypeError, ValueError) as e:
+                out.append(type(e).__name__ + (":timeout" if "timeout" in str(e) else ""))
+        for g in ["", float("nan")]:
+            try:
+                ctx.join(0.01, g)
+                out.append("taken")
+            except (TypeError, ValueError) as e:
+                out.append(type(e).__name__ + (":grace" if "grace_period" in str(e) else ""))
+        assert ctx.join(0.01) is False        # still running: a bounded wait answers
+        go.set()
+        assert ctx.join(2 ** 70) is True      # as long as None: until it exits
+        print(" ".join(out))
+""")
+
+
+def test_process_context_join_checks_its_timeouts() -> None:
+    # before: join(2**70) raised OverflowError from select, join("1") TypeError "unsupported
+    # operand type(s) for +", join(nan) returned at once, a bad grace_period was taken
+    r = subprocess.run([sys.executable, "-c", _JOIN_SCRIPT], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["TypeError:timeout", "TypeError:timeout", "TypeError:timeout",
+                                "ValueError:timeout", "TypeError:timeout", "TypeError:grace",
+                                "ValueError:grace"], r.stdout
+
+
+def _noop(i: int) -> None:
+    pass
+
+
+@pytest.mark.parametrize("n", [2 ** 70, 2 ** 63, 10 ** 9])
+def test_start_processes_refuses_more_processes_than_the_system_has(
+        n: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    # before: it started processes until the system refused one (a fork bomb that ended in
+    # OSError with the started processes left running). No process may start here: a start
+    # fails the test at once instead of forking
+    def refuse(self: object) -> None:
+        raise AssertionError("start_processes started a process")
+
+    monkeypatch.setattr(multiprocessing.get_context("fork").Process, "start", refuse)
+    with pytest.raises(ValueError, match=f"nprocs={n} is more processes than this system"):
+        amp.start_processes(_noop, nprocs=n, start_method="fork")
+
+
+_PARTIAL_SCRIPT = textwrap.dedent("""
+    import faulthandler, multiprocessing, os, sys
+    faulthandler.dump_traceback_later(60, exit=True)
+    import accelrt.multiprocessing as amp
+    from accelrt.multiprocessing import spawn as sp
+
+    def child(i, go):
+        go.wait()
+
+    if __name__ == "__main__":
+        ctx = multiprocessing.get_context("fork")
+        go = ctx.Event()
+        real = ctx.Process.start
+        count = [0]
+
+        def start(self):
+            count[0] += 1
+            if count[0] == 3:          # the system refuses the third process
+                raise BlockingIOError(11, "Resource temporarily unavailable")
+            real(self)
+
+        ctx.Process.start = start
+        try:
+            amp.start_processes(child, args=(go,), nprocs=4, start_method="fork")
+        except BlockingIOError:
+            pass
+        print(len(multiprocessing.active_children()))
+""")
+
+
+def test_start_processes_ends_what_it_started_when_a_start_fails() -> None:
+    # before: the two processes started before the failure kept running (waiting on `go`
+    # for ever), with no ProcessContext to join them; faulthandler ended the run
+    r = subprocess.run([sys.executable, "-c", _PARTIAL_SCRIPT], capture_output=True, text=True,
+                       timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["0"], r.stdout
+
+
+def test_spawn_nprocs_numpy_and_zero_still_work() -> None:
+    assert amp.start_processes(_noop, nprocs=np.int64(0),  # type: ignore[arg-type]
+                               start_method="fork") is None
+    assert amp.start_processes(_noop, nprocs=0, start_method="fork") is None
