@@ -214,33 +214,14 @@ class ProcessGroup:
         return self._rank
 
     def set_timeout(self, timeout: datetime.timedelta | float) -> None:
-        """Make ``timeout`` (a ``datetime.timedelta``, as torch's ``ProcessGroup.set_timeout``
-        takes, or seconds; positive) the limit of this group's future operations. The
-        watchdog enforces it for every engine.
+        """Make ``timeout`` (a ``datetime.timedelta``, as torch's, or seconds) the limit of
+        this group's future operations; the watchdog enforces it for every engine.
 
         Raises:
-            TypeError: ``timeout`` is neither a ``timedelta`` nor a number (a bool included).
-            ValueError: ``timeout`` is not positive, is NaN, or is beyond
-                ``datetime.timedelta.max`` (torch's gloo refuses a negative one).
-
-        Example::
-
-            >>> import datetime, accelrt.distributed as dist
-            >>> dist.init_process_group("mpi")
-            >>> dist.group.WORLD.set_timeout(datetime.timedelta(seconds=30))
-            >>> dist.group.WORLD.timeout
-            30.0
-            >>> dist.destroy_process_group()
+            TypeError, ValueError: see :func:`~._store._positive_seconds`.
         """
-        from ._store import _seconds_of
-        value = _seconds_of(timeout)
-        if not value > 0:   # NaN too
-            raise ValueError(f"ProcessGroup.set_timeout(): timeout must be positive, got "
-                             f"{value}; pass a datetime.timedelta (or seconds) above zero")
-        if value > datetime.timedelta.max.total_seconds():
-            raise ValueError(f"ProcessGroup.set_timeout(): timeout must be finite (at most "
-                             f"datetime.timedelta.max), got {value}")
-        self.timeout = value
+        from ._store import _positive_seconds
+        self.timeout = _positive_seconds(timeout, "ProcessGroup.set_timeout()")
         wd = WATCHDOG
         if wd._thread is None or self.timeout / 4 < wd._interval:
             wd._start(min(1.0, max(0.01, self.timeout / 4)))

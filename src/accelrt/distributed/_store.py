@@ -192,6 +192,32 @@ def _seconds_of(timeout: object) -> float:
                     f"{type_shown(timeout)}")
 
 
+def _positive_seconds(timeout: object, where: str) -> float:
+    """A ``datetime.timedelta`` or a number of seconds, positive and at most
+    ``datetime.timedelta.max``, as seconds (``ProcessGroup.set_timeout``'s argument).
+
+    Raises:
+        TypeError: neither a ``timedelta`` nor a number (a bool included).
+        ValueError: not positive, NaN, or beyond ``timedelta.max`` (torch 2.15's gloo
+            refuses a negative timeout and NaN).
+
+    Example::
+
+        >>> import datetime
+        >>> from accelrt.distributed._store import _positive_seconds
+        >>> _positive_seconds(datetime.timedelta(seconds=30), "set_timeout()")
+        30.0
+    """
+    value = _seconds_of(timeout)
+    if not value > 0:   # NaN too
+        raise ValueError(f"{where}: timeout must be positive, got {value}; pass a "
+                         "datetime.timedelta (or seconds) above zero")
+    if value > datetime.timedelta.max.total_seconds():
+        raise ValueError(f"{where}: timeout must be finite (at most datetime.timedelta.max), "
+                         f"got {value}")
+    return value
+
+
 def _timedelta(timeout: object) -> datetime.timedelta:
     """A timeout as a ``timedelta``; a float is seconds (as torch's bindings accept)."""
     if isinstance(timeout, float):
