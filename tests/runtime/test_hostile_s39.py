@@ -21,6 +21,10 @@ calls where it can be, and its source read where it cannot (CUDA-only bindings).
    ``+``, and a bad ``grace_period`` raised only after a failure, while the other processes
    still ran; ``start_processes(nprocs=2**70)`` started processes until the system refused
    one and left them running (a start that fails part way now ends those it started).
+5. A ``TCPStore`` master used in a forked child (``os.fork``, multiprocessing's ``fork``)
+   wrote to the child's private copy of the table (the parent never saw the keys) and the
+   child hung for ever at exit, closing a server whose loop does not run there. torch 2.15's
+   child reaches the parent's server (its master is a client of its own server) and exits.
 """
 
 from __future__ import annotations
@@ -286,3 +290,33 @@ def test_spawn_nprocs_numpy_and_zero_still_work() -> None:
     assert amp.start_processes(_noop, nprocs=np.int64(0),  # type: ignore[arg-type]
                                start_method="fork") is None
     assert amp.start_processes(_noop, nprocs=0, start_method="fork") is None
+
+
+# ------------------------------------------------------------- 5. a TCPStore master in a fork
+
+_FORK_STORE_SCRIPT = textwrap.dedent("""
+    import datetime, os, signal, sys
+    signal.alarm(60)                        # a hang ends the run (the child's too)
+    import accelrt.distributed as dist
+    s = dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=10))
+    s.set("a", "1")
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)
+        s.set("b", "2")
+        assert s.get("a") == b"1" and s.add("n", 5) == 5
+        sys.exit(0)                          # a normal exit: the store's finalizer runs
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status), s.check(["b"]), s.add("n", 1))
+    c = dist.TCPStore("127.0.0.1", s.port, None, False, datetime.timedelta(seconds=10))
+    print(c.get("b"))                        # the parent still serves
+""")
+
+
+def test_tcpstore_master_in_a_forked_child_reaches_the_parents_server() -> None:
+    # before: the child's set("b") went to its own copy of the table (parent: check False,
+    # add 1) and the child never exited (SIGALRM ended it: status -14)
+    r = subprocess.run([sys.executable, "-c", _FORK_STORE_SCRIPT], capture_output=True,
+                       text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["0", "True", "6", "b'2'"], r.stdout
