@@ -227,6 +227,8 @@ _INT64_MAX = (1 << 63) - 1
 
 
 def _parse(s: str) -> tuple[str, int | None]:
+    if type(s) is not str:   # a str subclass is read by its value, as PyTorch's parser reads
+        s = str.__str__(s)   # it (its own __hash__/__eq__, which may raise, are not called)
     hit = _parse_cache.get(s)
     if hit is not None:
         return hit
@@ -736,6 +738,8 @@ def _get_device(dev: DeviceLike, *, optional: bool = True, backend: Backend | No
                 return b, _tls.device.get(b.name, 0)
             raise _negative_index(index)
         return b, _check_index(b, index)
+    if isinstance(dev, str) and type(dev) is not str:
+        dev = str.__str__(dev)   # a str subclass by its value: the cache key is a plain str
     key: object = dev
     if isinstance(dev, str):
         dev = device(dev)

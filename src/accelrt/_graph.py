@@ -251,7 +251,7 @@ class Graph:
         """Begin capturing on ``stream_obj`` (default: the current stream of ``b:index``),
         then run the capture-start hooks."""
         self._check_open()
-        _check_mode(capture_error_mode)
+        capture_error_mode = _check_mode(capture_error_mode)   # a str subclass: its value
         if self._capturing or self._handle is not None:
             raise RuntimeError("This CUDAGraph instance already owns a captured graph (or is "
                                "capturing); call reset() before capturing again")
@@ -934,7 +934,7 @@ class graph:
         _torch_only("enable_annotations", enable_annotations)
         _check_annotation_config(annotation_config)
         _torch_only("check_input_liveness", check_input_liveness)
-        _check_mode(capture_error_mode)
+        capture_error_mode = _check_mode(capture_error_mode)
         if not isinstance(cuda_graph, Graph):
             raise TypeError(f"graph() takes an accelrt.Graph, got {type_shown(cuda_graph)}")
         cuda_graph._check_open()

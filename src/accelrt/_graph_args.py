@@ -60,11 +60,16 @@ def _check_mode(capture_error_mode: object) -> str:
     """``capture_error_mode`` checked: an unknown one raises
     :class:`~accelrt.AcceleratorValueError`, a ``ValueError`` and PyTorch's ``RuntimeError``
     ("Unknown capture error mode")."""
-    if not isinstance(capture_error_mode, str) or capture_error_mode not in _CAPTURE_MODES:
+    # a str subclass by its value, as PyTorch's binding reads it (its own __eq__ or __str__,
+    # which may raise, are not called)
+    mode = (str.__str__(capture_error_mode) if isinstance(capture_error_mode, str)
+            else None)
+    if mode not in _CAPTURE_MODES:
         raise AcceleratorValueError(
             f"Unknown capture error mode: capture_error_mode must be one of {_CAPTURE_MODES}, "
-            f"got {shown(capture_error_mode)}")
-    return str(capture_error_mode)
+            f"got {shown(capture_error_mode if mode is None else mode)}")
+    assert mode is not None
+    return mode
 
 
 #: ``graph(annotation_config=)``'s keys: default and allowed values (None: a list of paths),

@@ -20,6 +20,7 @@ printing the rank, the operation and its sequence number.
 
 from __future__ import annotations
 
+import datetime
 import os
 import threading
 import time
@@ -213,11 +214,15 @@ class ProcessGroup:
         """This process's rank in the group."""
         return self._rank
 
-    def set_timeout(self, timeout: float) -> None:
-        """Make ``timeout`` (seconds, positive) the limit of this group's future operations
-        (torch's ``ProcessGroup.set_timeout``; :func:`accelrt.distributed.set_timeout` takes a
-        ``timedelta`` too). The watchdog enforces it for every engine."""
-        self.timeout = float(timeout)
+    def set_timeout(self, timeout: datetime.timedelta | float) -> None:
+        """Make ``timeout`` (a ``datetime.timedelta``, as torch's, or seconds) the limit of
+        this group's future operations; the watchdog enforces it for every engine.
+
+        Raises:
+            TypeError, ValueError: see :func:`~._store._positive_seconds`.
+        """
+        from ._store import _positive_seconds
+        self.timeout = _positive_seconds(timeout, "ProcessGroup.set_timeout()")
         wd = WATCHDOG
         if wd._thread is None or self.timeout / 4 < wd._interval:
             wd._start(min(1.0, max(0.01, self.timeout / 4)))

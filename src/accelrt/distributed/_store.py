@@ -63,7 +63,9 @@ def _key(key: object, what: str = "key") -> str:
                              ) from None
     if not isinstance(key, str):
         raise TypeError(f"{what} must be a str, got {type_shown(key)}")
-    return key
+    # a str subclass by its value, as torch's std::string binding reads it: its own __hash__,
+    # __eq__ or __str__ (which may raise) are not called where the key is used
+    return key if type(key) is str else str.__str__(key)
 
 
 def _keys(keys: object) -> list[str]:
@@ -82,7 +84,7 @@ def _values(values: object) -> list[Any]:
 
 def _value(value: object, what: str = "value") -> bytes:
     if isinstance(value, str):
-        return value.encode()
+        return str.encode(value)   # a str subclass by its value (its own encode not called)
     if isinstance(value, (bytes, bytearray, memoryview)):
         return bytes(value)
     raise TypeError(f"{what} must be a str or bytes, got {type_shown(value)}")
@@ -188,6 +190,32 @@ def _seconds_of(timeout: object) -> float:
         return float(timeout)
     raise TypeError(f"timeout must be a datetime.timedelta or a number of seconds, got "
                     f"{type_shown(timeout)}")
+
+
+def _positive_seconds(timeout: object, where: str) -> float:
+    """A ``datetime.timedelta`` or a number of seconds, positive and at most
+    ``datetime.timedelta.max``, as seconds (``ProcessGroup.set_timeout``'s argument).
+
+    Raises:
+        TypeError: neither a ``timedelta`` nor a number (a bool included).
+        ValueError: not positive, NaN, or beyond ``timedelta.max`` (torch 2.15's gloo
+            refuses a negative timeout and NaN).
+
+    Example::
+
+        >>> import datetime
+        >>> from accelrt.distributed._store import _positive_seconds
+        >>> _positive_seconds(datetime.timedelta(seconds=30), "set_timeout()")
+        30.0
+    """
+    value = _seconds_of(timeout)
+    if not value > 0:   # NaN too
+        raise ValueError(f"{where}: timeout must be positive, got {value}; pass a "
+                         "datetime.timedelta (or seconds) above zero")
+    if value > datetime.timedelta.max.total_seconds():
+        raise ValueError(f"{where}: timeout must be finite (at most datetime.timedelta.max), "
+                         f"got {value}")
+    return value
 
 
 def _timedelta(timeout: object) -> datetime.timedelta:

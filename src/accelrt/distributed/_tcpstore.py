@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import type_shown
+from .._fork import reinit_after_fork
 from ._errors import DistNetworkError, DistStoreError, QueueEmptyError
 from ._store import (_INT32_MAX, _INT32_MIN, DEFAULT_STORE_TIMEOUT, _binding_int, _flag, _key,
                      _MemoryTable, _Table, _TableStore, _timedelta)
@@ -198,7 +199,44 @@ class _Server(socketserver.ThreadingMixIn, socketserver.TCPServer):
 
 
 _SERVERS: dict[int, _Server] = {}      # multi-tenant servers by port; guarded by _SERVERS_LOCK
-_SERVERS_LOCK = threading.Lock()
+_SERVERS_LOCK = reinit_after_fork(threading.Lock())
+#: The master stores of this process (a forked child makes each a client: see
+#: :func:`_masters_after_fork`)
+_MASTERS: weakref.WeakSet[TCPStore] = weakref.WeakSet()
+
+
+def _masters_after_fork() -> None:
+    """In a forked child, each master store of the parent becomes a client of the parent's
+    server (as torch's master is a client of its own server, whose socket the child shares):
+    the child has no server thread, so its copy of the master's table took writes the parent
+    never saw, and closing the store at the child's exit waited for ever for a server loop
+    that does not run there. The child's copies of the server's sockets are closed (the
+    parent's stay open)."""
+    _SERVERS.clear()
+    for store in list(_MASTERS):
+        server = store._server
+        if server is None:
+            continue
+        store._finalizer.detach()
+        store._server = None
+        for sock in [server.socket, *server._open]:
+            try:
+                sock.close()   # this process's descriptor only: the parent keeps serving
+            except OSError:
+                pass
+        remote = _RemoteTable.__new__(_RemoteTable)   # connects at its first request
+        timeout = getattr(store, "_timeout", DEFAULT_STORE_TIMEOUT)   # (set after the table)
+        remote.host, remote.port, remote.timeout = "127.0.0.1", store._port, \
+            timeout.total_seconds()
+        remote._lock = threading.Lock()
+        remote._conn = None
+        store._table = remote
+        store._finalizer = weakref.finalize(store, remote.close)
+    _MASTERS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_masters_after_fork)
 
 
 def _listen(port: int, fd: int | None, use_libuv: bool = True) -> socket.socket:
@@ -605,6 +643,7 @@ class TCPStore(_TableStore):
             table = self._server.table
             self._finalizer: weakref.finalize[Any, Any] = weakref.finalize(
                 self, _release_server, self._server)
+            _MASTERS.add(self)
         else:
             self._port = port
             remote = _RemoteTable(host_name, port, seconds)

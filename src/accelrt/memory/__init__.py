@@ -527,7 +527,7 @@ def _check_mempool_id(mempool_id: object) -> tuple[int, int] | None:
     """``memory_snapshot``'s ``mempool_id`` as a tuple (``None`` stays ``None``).
 
     Raises:
-        TypeError: it is not a pair of ints (a :attr:`MemPool.id`) or None.
+        TypeError: it is not a pair of ints in [0, 2**64) (a :attr:`MemPool.id`) or None.
     """
     if mempool_id is None:
         return None
@@ -536,6 +536,12 @@ def _check_mempool_id(mempool_id: object) -> tuple[int, int] | None:
         raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
                         f"{type_shown(mempool_id)} {shown(mempool_id):.60}")
     pid = _plain_int(mempool_id[0]), _plain_int(mempool_id[1])
+    if not all(0 <= v < 1 << 64 for v in pid):
+        # a pool id is PyTorch's MempoolId_t, a pair of unsigned 64-bit ints (as graph pool
+        # ids are checked); (-1, -1) was taken and matched no pool
+        raise TypeError(f"mempool_id {shown(pid):.80} is out of range: a pool id is a pair "
+                        "of ints in [0, 2**64); pass a MemPool.id, or None (or (0, 0)) for "
+                        "every pool")
     # (0, 0) is every pool's segments, as PyTorch's memory_snapshot(None) passes (0, 0) for
     # "all" to its allocator's snapshot
     return None if pid == (0, 0) else pid

@@ -17,15 +17,16 @@ import multiprocessing.connection
 import os
 import signal
 import sys
+import threading
 import time
 import traceback
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from .._device import _index_arg
-from .._errors import type_shown
+from .._errors import _WrongKindError, type_shown
 
 __all__ = ["ProcessContext", "ProcessException", "ProcessExitedException",
            "ProcessRaisedException", "SpawnContext", "spawn", "start_processes"]
@@ -116,10 +117,66 @@ def _reported(pipe: Any) -> str | None:
         return None
 
 
+def _check_context_args(processes: object, error_pipes: object) -> None:
+    """``ProcessContext(processes, error_pipes)``'s arguments: two sequences of one length,
+    started processes (with a ``sentinel``) and the read ends of their error pipes (with
+    ``poll`` and ``recv``), as :func:`start_processes` makes them.
+
+    Raises:
+        TypeError: an argument is not a sequence (a str or bytes included), or an item is
+            not a started process / a connection (also an ``AttributeError``, the class
+            torch's ``ProcessContext`` raises reading ``sentinel`` of another object).
+        ValueError: the two sequences differ in length.
+    """
+    for what, seq in (("processes", processes), ("error_pipes", error_pipes)):
+        if isinstance(seq, (str, bytes, bytearray)) or not isinstance(seq, Sequence):
+            raise TypeError(f"ProcessContext(): {what} must be a list, got {type_shown(seq)}; "
+                            "pass the processes start_processes(..., join=False) started "
+                            "and their error pipes")
+    assert isinstance(processes, Sequence) and isinstance(error_pipes, Sequence)
+    for i, p in enumerate(processes):
+        try:
+            _ = p.sentinel   # a Process raises ValueError before start(): not started
+        except (AttributeError, ValueError):
+            raise _WrongKindError(f"ProcessContext(): processes[{i}] is not a started "
+                                  f"multiprocessing process (it has no sentinel), got "
+                                  f"{type_shown(p)}") from None
+    for i, c in enumerate(error_pipes):
+        if not (callable(getattr(c, "poll", None)) and callable(getattr(c, "recv", None))):
+            raise _WrongKindError(f"ProcessContext(): error_pipes[{i}] is not a "
+                                  f"multiprocessing connection (with poll and recv), got "
+                                  f"{type_shown(c)}")
+    if len(processes) != len(error_pipes):
+        raise ValueError(f"ProcessContext(): {len(processes)} processes but "
+                         f"{len(error_pipes)} error pipes; pass one error pipe per process")
+
+
+def _check_seconds(value: object, what: str) -> float | None:
+    """``join``'s ``timeout``/``grace_period``: None or a number of seconds (not NaN); a value
+    beyond ``threading.TIMEOUT_MAX`` waits as long as ``None`` does."""
+    if value is None:
+        return None
+    try:
+        f = float(value)   # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        if isinstance(value, int):   # beyond a float: as long as None
+            return None if value > 0 else 0.0
+        raise TypeError(f"ProcessContext.join(): {what} must be a number of seconds or "
+                        f"None, got {type_shown(value)}") from None
+    if isinstance(value, (str, bytes, bytearray)):
+        raise TypeError(f"ProcessContext.join(): {what} must be a number of seconds or None, "
+                        f"got {type_shown(value)}")
+    if f != f:
+        raise ValueError(f"ProcessContext.join(): {what} must be a number of seconds, got "
+                         "nan")
+    return None if f > threading.TIMEOUT_MAX else f
+
+
 class ProcessContext:
     """The processes :func:`start_processes` started; :meth:`join` waits for them."""
 
     def __init__(self, processes: list[Any], error_pipes: list[Any]) -> None:
+        _check_context_args(processes, error_pipes)
         self.processes = processes
         self.error_pipes = error_pipes
         self.sentinels = {p.sentinel: i for i, p in enumerate(processes)}
@@ -172,6 +229,8 @@ class ProcessContext:
             ProcessRaisedException: a process raised (the others are terminated).
             ProcessExitedException: a process exited non-zero or died from a signal.
         """
+        timeout = _check_seconds(timeout, "timeout")
+        grace_period = _check_seconds(grace_period, "grace_period")
         if not self.sentinels:
             return True
         ready = self._wait(timeout)
@@ -237,6 +296,30 @@ class SpawnContext(ProcessContext):
         super().__init__(processes, error_pipes)
 
 
+def _process_limit() -> int:
+    """The most processes this system can run at once: Linux's ``pid_max`` (no more process
+    ids exist), else Linux's largest possible ``pid_max`` (2**22)."""
+    try:
+        with open("/proc/sys/kernel/pid_max") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return 1 << 22
+
+
+def _end_started(started: list[tuple[Any, Any]]) -> None:
+    """Terminate (then kill) and join the processes of a start that failed part way; close
+    their error pipes."""
+    for p, _ in started:
+        if p.is_alive():
+            p.terminate()
+    for p, reader in started:
+        p.join(5.0)
+        if p.is_alive():
+            p.kill()
+            p.join()
+        reader.close()
+
+
 def start_processes(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int = 1,
                     join: bool = True, daemon: bool = False,
                     start_method: str = "spawn") -> ProcessContext | None:
@@ -254,13 +337,19 @@ def start_processes(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: 
     Raises:
         TypeError: ``nprocs`` is not an int (a bool included; torch multiplies a list by it),
             or ``start_method`` is unhashable (a list).
-        ValueError: ``nprocs`` is negative (torch starts nothing), or ``start_method`` is
-            not one of this platform's (``multiprocessing.get_context``'s error).
+        ValueError: ``nprocs`` is negative (torch starts nothing) or beyond the system's
+            pid limit (torch starts processes until one fails), or ``start_method`` is not
+            one of this platform's (``multiprocessing.get_context``'s error).
         ProcessRaisedException, ProcessExitedException: see :meth:`ProcessContext.join`.
     """
     n = _index_arg(nprocs, "nprocs")
     if n < 0:
         raise ValueError(f"nprocs={n} must be >= 0 (the number of processes to start)")
+    limit = _process_limit()
+    if n > limit:
+        # torch starts processes until the system refuses one, and leaves those running
+        raise ValueError(f"nprocs={n} is more processes than this system can run at once (at "
+                         f"most {limit}, its pid limit); pass a smaller nprocs")
     try:
         ctx: Any = multiprocessing.get_context(start_method)
     except TypeError:   # unhashable (a list): torch's TypeError, saying what is expected
@@ -274,12 +363,24 @@ def start_processes(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: 
         writer.close()
         return p, reader
 
-    if start_method == "forkserver" and os.environ.get(ENV_VAR_PARALLEL_START, "0") == "1" \
-            and n > 0:
-        with ThreadPoolExecutor(max_workers=n) as pool:
-            started = list(pool.map(start, range(n)))
-    else:
-        started = [start(i) for i in range(n)]
+    started: list[tuple[Any, Any]] = []
+    try:
+        if start_method == "forkserver" and os.environ.get(ENV_VAR_PARALLEL_START, "0") == "1" \
+                and n > 0:
+            with ThreadPoolExecutor(max_workers=n) as pool:
+                futures = [pool.submit(start, i) for i in range(n)]
+            failure = next((f.exception() for f in futures if f.exception() is not None), None)
+            started = [f.result() for f in futures if f.exception() is None]
+            if failure is not None:
+                raise failure
+        else:
+            for i in range(n):
+                started.append(start(i))
+    except BaseException:
+        # a start failed (the system refused a process, fn or args do not pickle): the
+        # processes already started are ended, not left running without a context to join
+        _end_started(started)
+        raise
     context = ProcessContext([p for p, _ in started], [r for _, r in started])
     if not join:
         return context
