@@ -216,11 +216,8 @@ class ProcessGroup:
 
     def set_timeout(self, timeout: datetime.timedelta | float) -> None:
         """Make ``timeout`` (a ``datetime.timedelta``, as torch's, or seconds) the limit of
-        this group's future operations; the watchdog enforces it for every engine.
-
-        Raises:
-            TypeError, ValueError: see :func:`~._store._positive_seconds`.
-        """
+        this group's future operations; the watchdog enforces it for every engine. Raises
+        TypeError or ValueError (:func:`~._store._positive_seconds`)."""
         from ._store import _positive_seconds
         self.timeout = _positive_seconds(timeout, "ProcessGroup.set_timeout()")
         wd = WATCHDOG
@@ -969,10 +966,8 @@ class ProcessGroup:
     def _forget(self, w: Work) -> None:
         """Stop keeping ``w``, whose point-to-point operation completed (or failed)."""
         with self._flight_lock:
-            try:
+            if any(x is w for x in self._in_flight):
                 self._in_flight.remove(w)
-            except ValueError:
-                pass
 
     def _reap(self) -> None:
         """Complete and forget the point-to-point work of :attr:`_in_flight` that the engine

@@ -224,12 +224,9 @@ def _masters_after_fork() -> None:
                 sock.close()   # this process's descriptor only: the parent keeps serving
             except OSError:
                 pass
-        remote = _RemoteTable.__new__(_RemoteTable)   # connects at its first request
         timeout = getattr(store, "_timeout", DEFAULT_STORE_TIMEOUT)   # (set after the table)
-        remote.host, remote.port, remote.timeout = "127.0.0.1", store._port, \
-            timeout.total_seconds()
-        remote._lock = threading.Lock()
-        remote._conn = None
+        remote = _RemoteTable("127.0.0.1", store._port, timeout.total_seconds(),
+                              connect=False)   # (connects at its first request)
         store._table = remote
         store._finalizer = weakref.finalize(store, remote.close)
     _MASTERS.clear()
@@ -384,12 +381,14 @@ def _hello(sock: socket.socket, wait: float, host: str, port: int) -> list[bytes
 class _RemoteTable(_Table):
     """A client of a TCPStore master: every operation is one request and one reply."""
 
-    def __init__(self, host: str, port: int, timeout: float) -> None:
+    def __init__(self, host: str, port: int, timeout: float, connect: bool = True) -> None:
         self.host, self.port, self.timeout = host, port, timeout
         self._lock = threading.Lock()
         # None after a request went unanswered in time (guarded by _lock): its late reply
         # could be read as the answer to the next request, so the next one reconnects
-        self._conn: Connection | None = self._greeted(time.monotonic() + timeout)
+        # (without ``connect``: the first request connects)
+        self._conn: Connection | None = (self._greeted(time.monotonic() + timeout)
+                                         if connect else None)
 
     def _greeted(self, deadline: float) -> Connection:
         """A connection whose greeting was answered. As torch's client retries "connect/
