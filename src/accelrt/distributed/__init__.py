@@ -57,7 +57,7 @@ from ._errors import (
                            DistTimeoutError,
                            QueueEmptyError,
 )
-from ._group import ProcessGroup, Work
+from ._group import Future, ProcessGroup, Work
 from ._groups import (
                            get_backend,
                            get_backend_config,
@@ -108,7 +108,8 @@ from ._world import _rank_not_in_group as _rank_not_in_group
 
 __all__ = [
     "Backend", "DebugLevel", "DistBackendError", "DistError", "DistNetworkError",
-    "DistStoreError", "DistTimeoutError", "Engine", "EngineContext", "FileStore", "GroupMember",
+    "DistStoreError", "DistTimeoutError", "Engine", "EngineContext", "FileStore", "Future",
+    "GroupMember",
     "GroupName", "HashStore", "P2POp", "PrefixStore", "PremulSum", "ProcessGroup",
     "QueueEmptyError", "ReduceOp", "Store", "TCPStore", "Work", "all_gather",
     "all_gather_coalesced", "all_gather_into_tensor", "all_gather_object", "all_gather_single",

@@ -60,7 +60,8 @@ class _IllegalWork(Work):
                           "result", "synchronize"})
 
     def __init__(self) -> None:
-        super().__init__(None, "", 0)
+        # as torch's: get_future()/get_future_result() are the base Work's, which has none
+        super().__init__(None, "", 0, no_result=True)
 
     def __getattribute__(self, name: str) -> Any:
         if name in _IllegalWork._ILLEGAL:
@@ -78,15 +79,21 @@ class _CoalescedWork(Work):
         self._early_result = all(w._early_result for w in works)
 
     def wait(self, timeout: Any = None) -> bool:
-        for w in self._works:
-            w.wait(timeout)
-        self._waited = True
+        try:
+            for w in self._works:
+                w.wait(timeout)
+            self._waited = True
+        finally:
+            self._observe()
         return True
 
     def synchronize(self) -> None:
-        for w in self._works:
-            w.synchronize()
-        self._waited = True
+        try:
+            for w in self._works:
+                w.synchronize()
+            self._waited = True
+        finally:
+            self._observe()
 
     def is_completed(self) -> bool:
         return all(w.is_completed() for w in self._works)

@@ -33,7 +33,7 @@ from ._engine import Engine, PremulSum, RedOp, ReduceOp
 from ._errors import DistError, DistTimeoutError, _EmptyListError
 from . import _group as _group_mod
 from ._debug import PeerCounts
-from ._group import BufOf, ProcessGroup, Work
+from ._group import DEFAULT_TIMEOUT, BufOf, ProcessGroup, Work
 from ._world import _S, ArrayArg, GroupArg, TimeoutArg, _group, _member, _seconds, _warn_not_member
 
 
@@ -901,7 +901,9 @@ def barrier(group: GroupArg = None, async_op: bool = False,
 def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
                       wait_all_ranks: bool = False) -> None:
     """A barrier that names the ranks that did not arrive within ``timeout`` (rank 0 raises
-    :class:`DistTimeoutError`; host-side, needs MPI).
+    :class:`DistTimeoutError`; host-side, needs MPI). Without ``timeout``, the default
+    timeout (``default_pg_timeout``, or ``ACCELRT_DISTRIBUTED_TIMEOUT``), not the group's,
+    as torch 2.15's; ``ProcessGroup.monitored_barrier()`` waits the group's own.
 
     Example::
 
@@ -917,7 +919,7 @@ def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
     if comm is None:
         raise DistError("monitored_barrier needs MPI (launch through mpiexec)",
                         rank=g.global_rank)
-    limit = _seconds(timeout, g.timeout)
+    limit = _seconds(timeout, DEFAULT_TIMEOUT)
     all_ranks = _bool_arg("monitored_barrier", wait_all_ranks, "wait_all_ranks")
     g.drain()
     seq = g.next_seq()

@@ -41,11 +41,11 @@ from ._debug import (_DEVICE, DEBUG_ENV, DebugLevel, PeerCounts, _describe, _tor
                      debug_level)
 from ._errors import DistBackendError, DistError, _RankNotInGroupError
 from ._locations import _buf, _Loc, _locate, _span
-from ._work import WATCHDOG, Work, detached
+from ._work import WATCHDOG, Future, Work, detached
 
 _E = TypeVar("_E", bound=BaseException)
 
-__all__ = ["DebugLevel", "ProcessGroup", "Work"]
+__all__ = ["DebugLevel", "Future", "ProcessGroup", "Work"]
 
 
 DEFAULT_TIMEOUT = 600.0
@@ -241,7 +241,8 @@ class ProcessGroup:
             >>> dist.destroy_process_group()
         """
         from ._collectives import monitored_barrier
-        monitored_barrier(self, timeout, wait_all_ranks)
+        # (the function's default is torch's default timeout, not the group's)
+        monitored_barrier(self, self.timeout if timeout is None else timeout, wait_all_ranks)
 
     def name(self) -> str:
         """The name of the group's default backend (torch 2.15's ``ProcessGroup.name()``): a

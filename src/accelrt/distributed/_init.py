@@ -617,10 +617,20 @@ def _meet_launched(n: int, r: int, timeout: float) -> None:
     if world.Get_rank() != r:
         raise ValueError(f"rank={r} but the MPI launcher made this process rank "
                          f"{world.Get_rank()} (accelrt.distributed.run sets RANK to it)")
-    req = world.Ibarrier()
+    # an Ibarrier cannot be cancelled: one that timed out stays posted, and a later init
+    # waits on it instead of posting another, which the late ranks' one barrier would never
+    # match (theirs completes the old one: the retry would time out while they went on)
+    global _MEET
+    req = _MEET if _MEET is not None else world.Ibarrier()
+    _MEET = req
     wait_until(req.Test, timeout, lambda: DistTimeoutError(
         f"rank {r}: init_process_group: not every rank of the MPI launcher's world reached "
         f"init_process_group within {timeout:g} s", rank=r, op="init_process_group"))
+    _MEET = None
+
+
+#: the Ibarrier of a store-based init under an MPI launcher that timed out (_meet_launched)
+_MEET: Any = None
 
 
 def _init_nccl_world(engine_map: dict[str, str], backend_str: str, op_timeout: float,

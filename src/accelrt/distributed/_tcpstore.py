@@ -574,7 +574,9 @@ class TCPStore(_TableStore):
             ``master_listen_fd`` outside int32), as torch's binding refuses them.
         ValueError: ``world_size=0``, or ``port=0`` on a client.
         DistNetworkError: the master could not listen (or use ``master_listen_fd``), or a
-            client could not connect within ``timeout``.
+            client could not connect within ``timeout``; ``timeout`` is under a millisecond
+            (zero or negative), on a client or the master, as torch 2.15's store, which
+            times out connecting at once.
         DistStoreError: the master's wait for the workers timed out; or ``master_listen_fd``
             is bound to another port than a non-zero ``port`` (torch 2.15's libuv words;
             ``DistNetworkError`` with ``use_libuv=False``, as torch's other server).
@@ -620,6 +622,14 @@ class TCPStore(_TableStore):
                              "(is_master=False) needs the master's port (master.port)")
         timeout = _timedelta(timeout)
         seconds = timeout.total_seconds()
+        ms = int(timeout / datetime.timedelta(milliseconds=1))   # (torch's, truncated)
+        if ms <= 0:
+            # torch's client (the master is one of its own server too) times out at once:
+            # under a millisecond it cannot even connect
+            raise DistNetworkError(
+                f"The client socket has timed out after {ms}ms while trying to connect to "
+                f"({host_name}, {port}). A TCPStore's timeout bounds its connection too: give "
+                "at least a millisecond (e.g. timeout=datetime.timedelta(seconds=30))")
         self._server: _Server | None = None
         self._host, self._libuv = host_name, bool(use_libuv)
         self._world_size, self._multi_tenant = world_size, bool(multi_tenant)

@@ -34,7 +34,7 @@ from ._store import _seconds_of
 if TYPE_CHECKING:
     from ._group import ProcessGroup
 
-__all__ = ["ABORT_GRACE", "WATCHDOG", "Work", "wait_until"]
+__all__ = ["ABORT_GRACE", "WATCHDOG", "Future", "Work", "wait_until"]
 
 _monotonic = time.monotonic
 
@@ -167,6 +167,227 @@ ABORT_GRACE = 0.25
 WATCHDOG = _Watchdog()
 
 
+# ---------------------------------------------------------------------------- futures
+_log = logging.getLogger("accelrt.distributed")
+
+
+class Future:
+    """The result of a :class:`Work` as a future (``torch.futures.Future``, what torch's
+    ``Work.get_future()`` returns): ``done()``, ``wait()``, ``value()``, ``then(callback)``,
+    ``add_done_callback(callback)``, ``set_result(result)``, ``set_exception(error)``.
+
+    A future is completed once, with a value or an error; ``wait()`` and ``value()`` return
+    the value or raise the error. ``then(cb)`` returns a new future completed with
+    ``cb(self)``'s return value, or with a ``RuntimeError`` ("Got the following error when
+    running the callback: ...") when ``cb`` raises; ``add_done_callback(cb)`` runs ``cb(self)``
+    and logs (and drops) what it raises, as torch's. A callback added to a completed future
+    runs at once, on the calling thread; callbacks run in the order they were added.
+
+    A work's future (:meth:`Work.get_future`) completes with the work's output list (its
+    :meth:`Work.result`) or its error. A stream-ordered engine's (NCCL's) is complete at once,
+    as torch's NCCL future: ``wait()`` and the callbacks first order the current stream after
+    the operation. Another engine's completes when its operation is seen done: by this
+    future's ``wait()``/``done()``/``value()`` or by the work's ``wait()``/``synchronize()``/
+    ``is_completed()``, which run the callbacks on that thread (torch's gloo runs them on its
+    worker thread as the operation ends).
+
+    Example::
+
+        >>> from accelrt.distributed import Future
+        >>> fut = Future()
+        >>> doubled = fut.then(lambda f: f.value() * 2)
+        >>> fut.set_result(21)
+        >>> fut.done(), doubled.wait()
+        (True, 42)
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition(threading.RLock())
+        self._done = False
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callable[[Future], None]] = []
+        #: the work this future stands for (its completion is polled), else None
+        self._work: Work | None = None
+        #: then()'s future: the one whose callback completes this one (waited and polled
+        #: through it, as a work's future completes when its work is seen done)
+        self._parent: Future | None = None
+
+    # -- completion ------------------------------------------------------------------
+    def _poll(self) -> bool:
+        """Complete a work's future whose operation is done; True once done."""
+        if self._done:
+            return True
+        work = self._work
+        if work is not None and work._settled():
+            work._settle_future()
+        elif self._parent is not None:
+            self._parent._poll()
+        return self._done
+
+    def _complete(self, value: Any, error: BaseException | None, strict: bool) -> None:
+        """Complete with ``value`` or ``error`` and run the callbacks (on this thread); a
+        second completion raises torch's error (``strict``) or is ignored."""
+        with self._lock:
+            if self._done:
+                if not strict:
+                    return
+                raise RuntimeError("Attempting to mark a completed Future as complete again. "
+                                   "Note that a Future can only be marked completed once.")
+            self._value, self._error, self._done = value, error, True
+            callbacks, self._callbacks = self._callbacks, []
+            self._lock.notify_all()
+        for cb in callbacks:
+            cb(self)
+
+    def _sync(self) -> None:
+        """A stream-ordered work's future: order the current stream after the operation (the
+        work's ``wait()``; its error is the future's already)."""
+        work = self._work
+        if work is not None and work._early_result:
+            try:
+                work.wait()
+            except Exception:   # noqa: BLE001 - raised by the future's own wait()/value()
+                pass
+
+    def _result(self) -> Any:
+        if self._error is not None:
+            raise detached(self._error)
+        return self._value
+
+    # -- torch.futures.Future ----------------------------------------------------------
+    def done(self) -> bool:
+        """True once the future holds a value or an error."""
+        return self._poll()
+
+    def wait(self) -> Any:
+        """Block until the future is complete; its value. A work's future blocks until the
+        operation completed (torch's gloo future), or, complete at once (a stream-ordered
+        engine's), orders the current stream after the operation (torch's NCCL future).
+
+        Raises:
+            Exception: the error the future was completed with.
+        """
+        work = self._work
+        if work is not None:
+            if not self._done:
+                try:
+                    work.synchronize()
+                except Exception:   # noqa: BLE001 - the work's error completes the future
+                    pass
+                work._settle_future()
+            else:
+                self._sync()
+        elif self._parent is not None and not self._done:
+            try:
+                self._parent.wait()
+            except Exception:   # noqa: BLE001 - the callback completes this future with it
+                pass
+        with self._lock:
+            self._lock.wait_for(lambda: self._done)
+        return self._result()
+
+    def value(self) -> Any:
+        """The value of a completed future (call :meth:`wait` first, or read it inside a
+        callback of :meth:`then`).
+
+        Raises:
+            RuntimeError: the future is not completed yet.
+            Exception: the error the future was completed with.
+        """
+        if not self._poll():
+            raise RuntimeError("Future.value(): the future is not completed yet; call wait() "
+                               "first, or read value() inside a callback passed to then()")
+        return self._result()
+
+    def then(self, callback: Callable[[Future], Any]) -> Future:
+        """A new future completed with ``callback(self)``'s return value once this one is
+        complete (at once when it is), or with a ``RuntimeError`` naming what ``callback``
+        raised.
+
+        Raises:
+            TypeError: ``callback`` is not callable.
+        """
+        _callable("then", callback)
+        child = Future()
+        child._parent = self
+
+        def run(fut: Future) -> None:
+            try:
+                out = callback(fut)
+            except Exception as exc:
+                err = RuntimeError("Got the following error when running the callback: "
+                                   f"{type(exc).__name__}: {exc}")
+                err.__cause__ = exc
+                child._complete(None, detached(err, exc), True)
+                return
+            child._complete(out, None, True)
+
+        self._add(run)
+        return child
+
+    def add_done_callback(self, callback: Callable[[Future], None]) -> None:
+        """Run ``callback(self)`` once this future is complete (at once when it is); what it
+        raises is logged and dropped, as torch's.
+
+        Raises:
+            TypeError: ``callback`` is not callable.
+        """
+        _callable("add_done_callback", callback)
+
+        def run(fut: Future) -> None:
+            try:
+                callback(fut)
+            except Exception as exc:
+                _log.error("Got the following error when running the callback: %s: %s",
+                           type(exc).__name__, exc)
+
+        self._add(run)
+
+    def _add(self, run: Callable[[Future], None]) -> None:
+        self._poll()
+        with self._lock:
+            if not self._done:
+                self._callbacks.append(run)
+                return
+        self._sync()
+        run(self)
+
+    def set_result(self, result: Any) -> None:
+        """Complete the future with ``result``, running its callbacks.
+
+        Raises:
+            RuntimeError: the future is already completed (a work's future always is once
+                its operation is done).
+        """
+        if self._work is not None:
+            self._poll()
+        self._complete(result, None, True)
+
+    def set_exception(self, result: BaseException) -> None:
+        """Complete the future with the error ``result``: ``wait()`` and ``value()`` raise it.
+
+        Raises:
+            AssertionError: ``result`` is not an ``Exception`` (torch's check).
+            RuntimeError: the future is already completed.
+        """
+        if not isinstance(result, Exception):
+            raise AssertionError(f"{result} is of type {type(result)}, not an Exception.")
+        if self._work is not None:
+            self._poll()
+        self._complete(None, result, True)
+
+    def __repr__(self) -> str:
+        state = "error" if self._error is not None else "done" if self._done else "pending"
+        return f"<accelrt.distributed.Future {state}>"
+
+
+def _callable(what: str, callback: object) -> None:
+    if not callable(callback):
+        raise TypeError(f"Future.{what}(): callback must be a callable taking the future, "
+                        f"got {type(callback).__name__}")
+
+
 # ---------------------------------------------------------------------------- work
 
 def _bare(exc: BaseException) -> BaseException | None:
@@ -238,6 +459,7 @@ class Work:
         self._no_result = no_result
         self._early_result = early
         self._waited = False     # wait()/synchronize() returned: result() may answer
+        self._future: Future | None = None   # get_future()'s, made on first call
 
     @classmethod
     def completed(cls, outputs: Sequence[Any] = ()) -> Work:
@@ -326,30 +548,42 @@ class Work:
             ValueError: ``timeout`` is negative or NaN.
         """
         timeout = _wait_seconds(timeout)
-        if self._request is not None:
-            self._complete_request(timeout)   # (returns at once if another thread finished)
-        elif self._event is not None:
-            if timeout is not None:
-                wait_until(self._event.query, timeout, lambda: self._timed_out(timeout))
-            assert self._stream_of is not None
-            b, index = self._stream_of
-            self._event.wait(_current(b, index))
-        self._check()
-        self._waited = True
+        try:
+            if self._request is not None:
+                self._complete_request(timeout)   # (returns at once if another thread finished)
+            elif self._event is not None:
+                if timeout is not None:
+                    wait_until(self._event.query, timeout, lambda: self._timed_out(timeout))
+                assert self._stream_of is not None
+                b, index = self._stream_of
+                self._event.wait(_current(b, index))
+            self._check()
+            self._waited = True
+        finally:
+            self._observe()
         return True
 
     def synchronize(self) -> None:
         """Block the host until the operation completed."""
-        if self._request is not None:
-            self._complete_request(None)
-        elif self._event is not None:
-            self._event.synchronize()
-        self._check()
-        self._waited = True
+        try:
+            if self._request is not None:
+                self._complete_request(None)
+            elif self._event is not None:
+                self._event.synchronize()
+            self._check()
+            self._waited = True
+        finally:
+            self._observe()
 
     def is_completed(self) -> bool:
         """True once the operation completed (point-to-point: its data is in the array, as
         torch's: a staged receive lands here, before True is answered)."""
+        done = self._completed_now()
+        if done and self._future is not None and not self._future._done:
+            self._settle_future()
+        return done
+
+    def _completed_now(self) -> bool:
         req = self._request   # (once: another thread may finish the work and clear it)
         if req is not None:
             try:
@@ -408,5 +642,80 @@ class Work:
                             "wait() before result().")
         return list(self._outputs)
 
+    # -- futures -----------------------------------------------------------------------
+    def get_future(self) -> Future:
+        """A :class:`Future` completed with the operation's output list (what :meth:`result`
+        answers) once it completes, or with its error (torch's ``Work.get_future()``; the
+        same future on every call). A stream-ordered engine's (NCCL) future is complete at
+        once, as torch's NCCL work's; another engine's completes when the operation is seen
+        done (see :class:`Future`).
+
+        Raises:
+            DistError: a send or receive of a host engine (MPI), as torch's gloo and MPI
+                point-to-point work ("Work::getFuture not implemented.").
+
+        Example (DDP's allreduce comm hook)::
+
+            >>> import accelrt as acc, accelrt.distributed as dist
+            >>> dist.init_process_group("mpi")
+            >>> a = acc.full((2,), 4.0, device="cpu")
+            >>> fut = dist.all_reduce(a, async_op=True).get_future()
+            >>> fut.then(lambda f: f.value()[0].tolist()).wait()
+            [4.0, 4.0]
+            >>> dist.destroy_process_group()
+        """
+        if self._no_result:
+            raise DistError("Work::getFuture not implemented.")
+        fut = self._future
+        if fut is None:
+            fut = Future()
+            fut._work = self
+            self._future = fut
+            if self._early_result or self._settled():
+                self._settle_future()
+        return fut
+
+    def get_future_result(self) -> Future:
+        """A :class:`Future` completed with the operation's outcome as torch's ``WorkResult``
+        number once it completes: 0 (``SUCCESS``), 1 (``TIMEOUT``) or 2 (``COMM_ERROR``).
+        Only a stream-ordered engine's (NCCL) work has one, as in torch 2.15.
+
+        Raises:
+            DistError: the work of a host engine (MPI) or a completed handle, as torch's
+                gloo and MPI work ("Work::getFutureResult not implemented.").
+        """
+        if not self._early_result or self._no_result:
+            raise DistError("Work::getFutureResult not implemented.")
+        return self.get_future().then(_work_result)
+
+    def _settled(self) -> bool:
+        """The operation completed or failed (its future can be completed)."""
+        try:
+            return self.is_completed()
+        except Exception:   # noqa: BLE001 - failed: the error completes the future
+            return True
+
+    def _observe(self) -> None:
+        """After ``wait()``/``synchronize()``: complete the future of a finished operation."""
+        fut = self._future
+        if fut is not None and not fut._done and self._settled():
+            self._settle_future()
+
+    def _settle_future(self) -> None:
+        """Complete the future with the outputs, or the error the operation hit."""
+        fut = self._future
+        if fut is None or fut._done:
+            return
+        error = self.exception()
+        fut._complete(None if error is not None else list(self._outputs), error, False)
+
     def __repr__(self) -> str:
         return f"<accelrt.distributed.Work {self._op or 'completed'} seq={self._seq}>"
+
+
+def _work_result(fut: Future) -> int:
+    """torch's ``WorkResult`` of a work's future: 0 success, 1 timeout, 2 another error."""
+    err = fut._error
+    if err is None:
+        return 0
+    return 1 if isinstance(err, DistTimeoutError) else 2
