@@ -14,6 +14,9 @@ with gloo on the same inputs (1-2 processes). Each case failed before its fix.
 * ``TCPStore(..., timeout=timedelta(0))`` connected to a live master; torch 2.15's client (and
   master, a client of its own server) raises ``DistNetworkError`` "The client socket has timed
   out after 0ms ..." at once for any timeout under a millisecond.
+* ``ProcessGroup.set_timeout("5")`` was taken as 5 s and ``set_timeout(0)`` (or a negative
+  value) made the watchdog abort the next call; torch's binding refuses a str (``TypeError``),
+  gloo a negative timeout. It now checks as ``dist.set_timeout`` does.
 * A store-based init under mpiexec that timed out left its ``Ibarrier`` posted: a retry posted
   another, the late rank's one barrier completed the stale one, and the retry timed out while
   the late rank went on.
@@ -130,6 +133,7 @@ def test_tcpstore_under_a_millisecond_times_out_at_once(timeout: datetime.timede
 
 # ---------------------------------------------------------------------------- two ranks
 _RANKS = r'''
+import datetime
 import threading
 import numpy as np
 import accelrt as acc
@@ -333,6 +337,25 @@ def monitored_barrier_default_is_not_the_groups():
     dist.destroy_process_group(g)
 
 
+@case
+def process_group_set_timeout_checks_its_argument():
+    g = dist.new_group([0, 1], timeout=30)
+    try:
+        # torch 2.15's binding: TypeError for anything but a timedelta (or float); accelrt's
+        # seconds stay accepted, and a limit the watchdog would abort every call at is refused
+        raises_containing(lambda: g.set_timeout("5"), TypeError, "got str")
+        raises_containing(lambda: g.set_timeout(None), TypeError, "timeout must be")
+        raises_containing(lambda: g.set_timeout(0), ValueError, "must be positive")
+        raises_containing(lambda: g.set_timeout(-1.0), ValueError, "must be positive")
+        assert g.timeout == 30.0
+        g.set_timeout(datetime.timedelta(seconds=20))
+        assert g.timeout == 20.0
+        dist.barrier(group=g)
+    finally:
+        g.timeout = 30.0
+        dist.destroy_process_group(g)
+
+
 case.done()
 dist.destroy_process_group()
 '''
@@ -383,7 +406,7 @@ def test_two_rank_torch_diffs(tmp_path: Path) -> None:
     from test_distributed import _check_cases
     # asynchronous cpu streams: a collective behind a busy current stream is queued
     rc, out = _launch(tmp_path, _RANKS, env={"ACCELRT_CPU_STREAMS": "async"})
-    assert _check_cases(2, out, rc) == 8, out[-3000:]
+    assert _check_cases(2, out, rc) == 9, out[-3000:]
 
 
 def test_store_init_retry_after_a_timeout_under_mpiexec(tmp_path: Path) -> None:
@@ -395,3 +418,21 @@ def test_work_future_names_are_torchs() -> None:
     # torch 2.15's Work has both; accelrt's too (they raise where torch's gloo/MPI raise)
     assert callable(dist.Work.get_future) and callable(dist.Work.get_future_result)
     assert dist.Work.completed(["x"]).get_future().wait() == ["x"]
+
+
+def test_a_work_and_its_future_free_the_outputs_without_the_collector() -> None:
+    import gc
+    import weakref
+
+    import numpy as np
+    gc.disable()
+    try:
+        arr = np.ones(3)
+        ref = weakref.ref(arr)
+        w = dist.Work.completed([arr])
+        fut = w.get_future()
+        assert fut is w.get_future() and fut.wait()[0] is arr
+        del arr, w, fut
+        assert ref() is None   # no work <-> future cycle holds them
+    finally:
+        gc.enable()

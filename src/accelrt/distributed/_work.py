@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -459,7 +460,10 @@ class Work:
         self._no_result = no_result
         self._early_result = early
         self._waited = False     # wait()/synchronize() returned: result() may answer
-        self._future: Future | None = None   # get_future()'s, made on first call
+        # get_future()'s, made on first call: held while pending (its callbacks must run),
+        # then weakly (the future holds this work: no cycle keeps the outputs alive)
+        self._future: Future | None = None
+        self._done_future: weakref.ref[Future] | None = None
 
     @classmethod
     def completed(cls, outputs: Sequence[Any] = ()) -> Work:
@@ -662,11 +666,14 @@ class Work:
             >>> fut = dist.all_reduce(a, async_op=True).get_future()
             >>> fut.then(lambda f: f.value()[0].tolist()).wait()
             [4.0, 4.0]
+            >>> del a, fut
             >>> dist.destroy_process_group()
         """
         if self._no_result:
             raise DistError("Work::getFuture not implemented.")
         fut = self._future
+        if fut is None and self._done_future is not None:
+            fut = self._done_future()
         if fut is None:
             fut = Future()
             fut._work = self
@@ -704,10 +711,12 @@ class Work:
     def _settle_future(self) -> None:
         """Complete the future with the outputs, or the error the operation hit."""
         fut = self._future
-        if fut is None or fut._done:
+        if fut is None:
             return
-        error = self.exception()
-        fut._complete(None if error is not None else list(self._outputs), error, False)
+        if not fut._done:
+            error = self.exception()
+            fut._complete(None if error is not None else list(self._outputs), error, False)
+        self._future, self._done_future = None, weakref.ref(fut)
 
     def __repr__(self) -> str:
         return f"<accelrt.distributed.Work {self._op or 'completed'} seq={self._seq}>"
