@@ -265,20 +265,24 @@ def coalesced_work_has_a_future_and_illegal_work_none():
 def pending_work_future_completes_when_seen_done():
     a = acc.full((4,), 1.0)
     w, gate = gated(lambda: dist.all_reduce(a, async_op=True))
-    fut = w.get_future()
-    assert not fut.done()
-    seen = []
-    fut.add_done_callback(lambda f: seen.append(f.value()[0].tolist()))
-    child = fut.then(lambda f: f.value()[0].tolist()[0])
-    assert seen == []
-    gate.set()
+    try:
+        fut = w.get_future()
+        assert not fut.done()
+        seen = []
+        fut.add_done_callback(lambda f: seen.append(f.value()[0].tolist()))
+        child = fut.then(lambda f: f.value()[0].tolist()[0])
+        assert seen == []
+    finally:
+        gate.set()
     w.synchronize()               # seen done: the work completes its future, running callbacks
     assert fut.done() and seen == [[float(n)] * 4]
     assert child.wait() == float(n)
     b = acc.full((2,), 1.0)
     w2, gate2 = gated(lambda: dist.all_reduce(b, async_op=True))
-    f2 = w2.get_future().then(lambda f: f.value()[0].tolist())
-    gate2.set()
+    try:
+        f2 = w2.get_future().then(lambda f: f.value()[0].tolist())
+    finally:
+        gate2.set()
     assert f2.wait() == [float(n)] * 2   # the child's wait waits the work
 
 
@@ -299,9 +303,11 @@ def failed_work_future_raises_its_error():
     RAISE["on"] = True
     try:
         w, gate = gated(lambda: dist.all_reduce(acc.ones((1,)), group=g, async_op=True))
-        fut = w.get_future()
-        outcome = fut.then(lambda f: f.value())
-        gate.set()
+        try:
+            fut = w.get_future()
+            outcome = fut.then(lambda f: f.value())
+        finally:
+            gate.set()
         raises_containing(fut.wait, RuntimeError, "s39 engine failure")
         assert fut.done()
         raises_containing(fut.value, RuntimeError, "s39 engine failure")
@@ -405,7 +411,9 @@ def _launch(tmp_path: Path, text: str, runner: bool = True,
 def test_two_rank_torch_diffs(tmp_path: Path) -> None:
     from test_distributed import _check_cases
     # asynchronous cpu streams: a collective behind a busy current stream is queued
-    rc, out = _launch(tmp_path, _RANKS, env={"ACCELRT_CPU_STREAMS": "async"})
+    # (RANK_CASES_TRACE: a rank that aborts still shows the cases it finished)
+    rc, out = _launch(tmp_path, _RANKS, env={"ACCELRT_CPU_STREAMS": "async",
+                                             "RANK_CASES_TRACE": "1"})
     assert _check_cases(2, out, rc) == 9, out[-3000:]
 
 
