@@ -26,6 +26,7 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._errors import type_shown
 from .._event import Event
 from .._stream import _current
 from ._engine import Request
@@ -386,7 +387,7 @@ class Future:
 def _callable(what: str, callback: object) -> None:
     if not callable(callback):
         raise TypeError(f"Future.{what}(): callback must be a callable taking the future, "
-                        f"got {type(callback).__name__}")
+                        f"got {type_shown(callback)}")
 
 
 # ---------------------------------------------------------------------------- work
