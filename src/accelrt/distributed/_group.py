@@ -241,7 +241,6 @@ class ProcessGroup:
             >>> dist.destroy_process_group()
         """
         from ._collectives import monitored_barrier
-        # (the function's default is torch's default timeout, not the group's)
         monitored_barrier(self, self.timeout if timeout is None else timeout, wait_all_ranks)
 
     def name(self) -> str:
