@@ -81,10 +81,11 @@ def attach_out_of_memory_observer(backend: str, observer: Observer) -> None:
     from ._pluggable import get_allocator_backend
     kind = get_allocator_backend(backend)
     if kind != "native":
-        from ._malloc_async import MallocAsyncAllocator
-        from ._pluggable_device import PluggableDeviceAllocator
-        cls = PluggableDeviceAllocator if kind == "pluggable" else MallocAsyncAllocator
-        raise RuntimeError(f"{cls.unsupported_name} does not yet support "
+        from ._malloc_async import NAME
+        # (the name PyTorch's error gives: ``unsupported_name`` of the replacing class, read
+        # as a constant here, since a compiled class's attribute reads as its descriptor)
+        name = "PluggableAllocator" if kind == "pluggable" else NAME
+        raise RuntimeError(f"{name} does not yet support "
                            "attachOutOfMemoryObserver. If you need it, please file an issue "
                            "describing your use case.")
     with _observers_lock:
