@@ -205,6 +205,30 @@ _SERVERS_LOCK = reinit_after_fork(threading.Lock())
 _MASTERS: weakref.WeakSet[TCPStore] = weakref.WeakSet()
 
 
+def _local_address(sock: socket.socket) -> str:
+    """The address a client on this host reaches the server listening on ``sock`` at: the
+    address it is bound to (a ``master_listen_fd`` socket may be bound to ``::1`` or
+    ``127.0.0.2`` only), or the loopback for a wildcard (IPv4's, unless the socket is
+    IPv6-only)."""
+    try:
+        name = sock.getsockname()
+    except OSError:   # closed: the store's own error comes at the first request
+        return "127.0.0.1"
+    host = str(name[0])
+    if sock.family == socket.AF_INET6:
+        if host in ("::", "::ffff:0.0.0.0"):
+            try:
+                v6only = sock.getsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY)
+            except OSError:
+                v6only = 0
+            return "::1" if v6only else "127.0.0.1"
+        if host.startswith("::ffff:"):   # an IPv4-mapped address
+            return host[len("::ffff:"):]
+        scope = name[3] if len(name) > 3 else 0
+        return f"{host}%{scope}" if scope and "%" not in host else host
+    return "127.0.0.1" if host == "0.0.0.0" else host
+
+
 def _masters_after_fork() -> None:
     """In a forked child, each master store of the parent becomes a client of the parent's
     server (as torch's master is a client of its own server, whose socket the child shares):
@@ -219,13 +243,14 @@ def _masters_after_fork() -> None:
             continue
         store._finalizer.detach()
         store._server = None
+        host = _local_address(server.socket)   # (before its descriptor is closed here)
         for sock in [server.socket, *server._open]:
             try:
                 sock.close()   # this process's descriptor only: the parent keeps serving
             except OSError:
                 pass
         timeout = getattr(store, "_timeout", DEFAULT_STORE_TIMEOUT)   # (set after the table)
-        remote = _RemoteTable("127.0.0.1", store._port, timeout.total_seconds(),
+        remote = _RemoteTable(host, store._port, timeout.total_seconds(),
                               connect=False)   # (connects at its first request)
         store._table = remote
         store._finalizer = weakref.finalize(store, remote.close)
@@ -702,8 +727,8 @@ class TCPStore(_TableStore):
 
     def clone(self) -> TCPStore:
         """A new client connection to the same master."""
-        twin = TCPStore("127.0.0.1" if self._server is not None else self._host, self._port,
-                        None, False, self._timeout)
+        host = self._host if self._server is None else _local_address(self._server.socket)
+        twin = TCPStore(host, self._port, None, False, self._timeout)
         twin._host = self._host
         return twin
 

@@ -1,0 +1,76 @@
+"""Review of session 39's merges (s39-rev1): what they broke or got wrong, checked against
+torch 2.15 (``/tmp/t215``, CPU build with gloo) and hostile inputs.
+
+1. A ``TCPStore`` master used in a forked child became a client of ``127.0.0.1``: a master
+   serving a ``master_listen_fd`` socket bound to another address (``127.0.0.2``, ``::1``)
+   was out of the child's reach ("Connection refused" after the whole store timeout), where
+   torch 2.15's child reaches it (checked: ``os.fork`` after a master on an IPv6 socket bound
+   to ``::1``, the child's ``get`` answers). ``TCPStore.clone()`` of such a master had the
+   same address.
+
+Hangs are bounded: the scripts run in a subprocess with a timeout and ``signal.alarm``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _bindable(family: socket.AddressFamily, host: str) -> bool:
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+        return True
+    except OSError:
+        return False
+
+
+# ------------------------------------------------- 1. a master bound to one address, forked
+_FORK_BOUND_SCRIPT = textwrap.dedent("""
+    import datetime, os, signal, socket, sys
+    signal.alarm(60)                         # a hang ends the run (the child's too)
+    import accelrt.distributed as dist
+    family, host = (socket.AF_INET6 if ":" in sys.argv[1] else socket.AF_INET), sys.argv[1]
+    ls = socket.socket(family, socket.SOCK_STREAM)
+    ls.bind((host, 0))
+    ls.listen()
+    port = ls.getsockname()[1]
+    s = dist.TCPStore(host, port, 1, True, datetime.timedelta(seconds=3),
+                      master_listen_fd=ls.fileno())
+    s.set("a", "1")
+    twin = s.clone()                         # a client of the same server, in the parent
+    print(twin.get("a"))
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(20)
+        try:
+            s.set("b", "2")
+            ok = s.get("a") == b"1"
+        except Exception as exc:
+            print("child:", type(exc).__name__, str(exc)[:200], flush=True)
+            os._exit(3)
+        sys.exit(0 if ok else 4)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status), s.check(["b"]))
+""")
+
+
+@pytest.mark.parametrize("host", ["127.0.0.2", "::1"])
+def test_forked_master_bound_to_one_address_reaches_the_parents_server(host: str) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if not _bindable(family, host):
+        pytest.skip(f"this system cannot bind {host}")
+    # before: the child connected to 127.0.0.1, where nothing listens ("Connection refused"
+    # after the store's 3 s timeout: exit code 3), and clone() failed the same way
+    r = subprocess.run([sys.executable, "-c", _FORK_BOUND_SCRIPT, host], capture_output=True,
+                       text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
+    assert r.stdout.split() == ["b'1'", "0", "True"], r.stdout
