@@ -490,11 +490,11 @@ class Work:
 
     def _complete_request(self, timeout: float | None) -> None:
         """Wait for the point-to-point request, then finish the work once: its source read,
-        its landing (``_finish``) run, the group no longer keeping it. Any number of threads
-        may call it at once (``wait``, ``is_completed`` through the group's reaping,
-        ``source_rank``): the first to get ``_finishing`` finishes, the others wait for that
-        and return; ``_request`` is cleared last, so a thread that finds it None returns only
-        after the landing ran."""
+        its landing (``_finish``) run (its error kept, as the engine's), the group no longer
+        keeping it. Any number of threads may call it at once (``wait``, ``is_completed``
+        through the group's reaping, ``source_rank``): the first to get ``_finishing``
+        finishes, the others wait for that and return; ``_request`` is cleared last, so a
+        thread that finds it None returns only after the landing ran."""
         req, g = self._request, self._group
         if req is None:       # finished by another thread
             return
@@ -519,6 +519,8 @@ class Work:
             try:
                 if fin is not None:
                     fin()
+            except Exception as exc:   # kept: every later wait() raises it, as torch's
+                raise self._failed(g._engine_error(self._op, self._seq, exc), exc) from exc
             finally:
                 self._request = None
                 g._forget(self)

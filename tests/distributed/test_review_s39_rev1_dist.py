@@ -1,0 +1,94 @@
+"""Review of session 39's point-to-point work changes (s39-rev1), on the MPI engine.
+
+* A staged receive whose landing (the copy from the pinned block into the array) failed
+  raised from the first ``wait()`` only: a second ``wait()`` returned True, ``exception()``
+  was None and ``is_success()`` True, with the data never in the array; landed by the
+  group's reaping (any later send or receive), the error was dropped altogether. Since
+  ``is_completed()`` lands the receive (s39) it kept the error, so the three paths disagreed.
+  A torch work that failed raises its error from every ``wait()`` and reports it in
+  ``exception()``; the landing's error is kept now, whichever call ran it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+import accelrt as acc
+import accelrt.distributed as dist
+
+HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
+pytestmark = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed "
+                                "(pip install 'accelrt[mpi]')")
+
+
+@pytest.fixture
+def staged() -> Iterator[None]:
+    """Receives into accelrt arrays land through a pinned staging block
+    (``ACCELRT_MPI_STAGE=1``): their work has a landing to run (``Work._finish``)."""
+    from accelrt.distributed._group import read_debug_level
+    before = os.environ.get("ACCELRT_MPI_STAGE")
+    os.environ["ACCELRT_MPI_STAGE"] = "1"
+    read_debug_level()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["ACCELRT_MPI_STAGE"]
+        else:
+            os.environ["ACCELRT_MPI_STAGE"] = before
+        read_debug_level()
+
+
+def _failing_receive(tag: int) -> dist.Work:
+    """A staged receive whose message arrived and whose landing raises when it runs."""
+    got = acc.zeros((3,), device="cpu")
+    w = dist.irecv(got, 0, tag=tag)
+    assert w._finish is not None, "not staged: the test needs a landing"
+
+    def landing() -> None:
+        raise RuntimeError("the landing copy failed")
+
+    w._finish = landing
+    dist.isend(np.ones(3, np.float32), 0, tag=tag).wait()
+    return w
+
+
+def _assert_failed(w: dist.Work) -> None:
+    for _ in range(2):
+        with pytest.raises(dist.DistBackendError, match="the landing copy failed"):
+            w.wait()
+    assert "the landing copy failed" in str(w.exception())
+    assert w.is_completed() and not w.is_success()
+
+
+def test_landing_error_raised_by_every_wait(one_rank_world: None, staged: None) -> None:
+    w = _failing_receive(41)
+    # the first wait() runs the landing; before, it raised the bare RuntimeError and the
+    # second returned True
+    with pytest.raises(RuntimeError, match="the landing copy failed"):
+        w.wait()
+    _assert_failed(w)
+
+
+def test_landing_error_kept_when_the_group_reaps_it(one_rank_world: None,
+                                                    staged: None) -> None:
+    w = _failing_receive(42)
+    # the next post reaps the group's work in flight: it lands (and fails) the receive;
+    # before, the error was dropped there and wait() returned True
+    r = dist.irecv(np.zeros(1, np.float32), 0, tag=43)
+    dist.isend(np.ones(1, np.float32), 0, tag=43).wait()
+    r.wait()
+    world = dist.group.WORLD
+    assert world is not None and w not in world._in_flight
+    _assert_failed(w)
+
+
+def test_landing_error_kept_by_is_completed(one_rank_world: None, staged: None) -> None:
+    w = _failing_receive(44)
+    assert w.is_completed()
+    _assert_failed(w)
