@@ -585,27 +585,32 @@ class Work:
     def is_completed(self) -> bool:
         """True once the operation completed (point-to-point: its data is in the array, as
         torch's: a staged receive lands here, before True is answered)."""
-        done = self._completed_now()
+        if self._request is not None:
+            done = self._request_completed()
+        elif self._event is not None:
+            done = self._event.query()
+        else:
+            done = True
         if done and self._future is not None and not self._future._done:
             self._settle_future()
         return done
 
-    def _completed_now(self) -> bool:
-        req = self._request   # (once: another thread may finish the work and clear it)
-        if req is not None:
-            try:
-                if not req.test():
-                    return False
-                self._complete_request(None)   # (done: no wait; lands a staged receive)
-            except Exception as exc:   # kept (a failed receive: by _complete_request)
-                if self._exc is None:
-                    assert self._group is not None
-                    err = exc if isinstance(exc, DistError) else self._group._engine_error(
-                        self._op, self._seq, exc)
-                    self._failed(err, exc)
+    def _request_completed(self) -> bool:
+        """:meth:`is_completed` of a point-to-point work not known to be finished (off the
+        fast path of a finished work's ``is_completed()``)."""
+        req = self._request   # (once: another thread may have finished the work and cleared it)
+        if req is None:
             return True
-        if self._event is not None:
-            return self._event.query()
+        try:
+            if not req.test():
+                return False
+            self._complete_request(None)   # (done: no wait; lands a staged receive)
+        except Exception as exc:   # kept (a failed receive: by _complete_request)
+            if self._exc is None:
+                assert self._group is not None
+                err = exc if isinstance(exc, DistError) else self._group._engine_error(
+                    self._op, self._seq, exc)
+                self._failed(err, exc)
         return True
 
     def is_success(self) -> bool:
