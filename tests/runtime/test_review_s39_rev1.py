@@ -74,3 +74,45 @@ def test_forked_master_bound_to_one_address_reaches_the_parents_server(host: str
                        text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
     assert r.stdout.split() == ["b'1'", "0", "True"], r.stdout
+
+
+# ------------------------------------- 2. a store's connection shared with a forked process
+_FORK_TWICE_SCRIPT = textwrap.dedent("""
+    import datetime, os, signal, sys
+    signal.alarm(60)                         # a hang ends the run (the children's too)
+    import accelrt.distributed as dist
+    s = dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=5))
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(30)
+        store = s if sys.argv[1] == "master" else dist.TCPStore(
+            "127.0.0.1", s.port, 1, False, datetime.timedelta(seconds=5))
+        store.set("start", "1")              # this child's connection is open: then fork
+        grandchild = os.fork()
+        who = "g" if grandchild == 0 else "c"
+        bad = 0
+        try:
+            for i in range(200):             # both processes at once, on their own stores
+                store.set(f"{who}{i}", f"{who}{i}")
+                bad += store.get(f"{who}{i}") != f"{who}{i}".encode()
+        except Exception as exc:
+            print(who, type(exc).__name__, str(exc)[:200], flush=True)
+            bad += 1000
+        if grandchild == 0:
+            os._exit(min(bad, 100))
+        _, status = os.waitpid(grandchild, 0)
+        print(bad, os.waitstatus_to_exitcode(status), flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status), s.get("c199"), s.get("g199"))
+""")
+
+
+@pytest.mark.parametrize("made_as", ["master", "client"])
+def test_store_used_at_once_by_a_forked_process_and_its_child(made_as: str) -> None:
+    # before: the grandchild inherited the child's connection and both wrote requests into
+    # it and read each other's replies ("ValueError: truncated store message", IndexError)
+    r = subprocess.run([sys.executable, "-c", _FORK_TWICE_SCRIPT, made_as],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
+    assert r.stdout.split() == ["0", "0", "0", "b'c199'", "b'g199'"], r.stdout

@@ -203,6 +203,9 @@ _SERVERS_LOCK = reinit_after_fork(threading.Lock())
 #: The master stores of this process (a forked child makes each a client: see
 #: :func:`_masters_after_fork`)
 _MASTERS: weakref.WeakSet[TCPStore] = weakref.WeakSet()
+#: The client tables of this process (a forked child drops their connections: see
+#: :func:`_masters_after_fork`)
+_CLIENTS: weakref.WeakSet[_RemoteTable] = weakref.WeakSet()
 
 
 def _local_address(sock: socket.socket) -> str:
@@ -235,8 +238,15 @@ def _masters_after_fork() -> None:
     the child has no server thread, so its copy of the master's table took writes the parent
     never saw, and closing the store at the child's exit waited for ever for a server loop
     that does not run there. The child's copies of the server's sockets are closed (the
-    parent's stay open)."""
+    parent's stay open).
+
+    Every client store's table drops the connection it inherited (the child's copy of its
+    descriptor is closed; the parent's stays open) and connects again at its first request:
+    two processes writing requests into one connection read each other's replies (a child
+    forked again from a child that had used the store, or from a parent using a client)."""
     _SERVERS.clear()
+    for table in list(_CLIENTS):
+        table._after_fork()
     for store in list(_MASTERS):
         server = store._server
         if server is None:
@@ -414,6 +424,18 @@ class _RemoteTable(_Table):
         # (without ``connect``: the first request connects)
         self._conn: Connection | None = (self._greeted(time.monotonic() + timeout)
                                          if connect else None)
+        _CLIENTS.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: a lock of its own, and no connection (the parent's, which
+        another thread may have been using at the fork, stays the parent's)."""
+        self._lock = threading.Lock()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()   # this process's descriptor only
+            except OSError:
+                pass
 
     def _greeted(self, deadline: float) -> Connection:
         """A connection whose greeting was answered. As torch's client retries "connect/
@@ -443,13 +465,15 @@ class _RemoteTable(_Table):
             delay = min(delay * 2, 0.5)
 
     def _reconnect_locked(self) -> Connection:
-        """A new connection, greeted, replacing one dropped after an unanswered request."""
+        """A new connection, greeted, replacing one dropped after an unanswered request (or
+        inherited by a forked child: :meth:`_after_fork`)."""
         sock = self._connect()
         reply = _hello(sock, max(self.timeout, 1.0), self.host, self.port)
         if reply != [b"ok", _PROTOCOL]:
             sock.close()
-            raise DistNetworkError(f"could not reconnect to the TCPStore server at "
-                                   f"{self.host}:{self.port} after an unanswered request")
+            raise DistNetworkError(f"could not (re)connect to the TCPStore server at "
+                                   f"{self.host}:{self.port} (after an unanswered request, "
+                                   "or in a forked process): did the master store exit?")
         conn = Connection(sock.detach())
         self._conn = conn
         return conn
