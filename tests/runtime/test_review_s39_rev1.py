@@ -116,3 +116,37 @@ def test_store_used_at_once_by_a_forked_process_and_its_child(made_as: str) -> N
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
     assert r.stdout.split() == ["0", "0", "0", "b'c199'", "b'g199'"], r.stdout
+
+
+_FORK_DURING_REQUEST_SCRIPT = textwrap.dedent("""
+    import datetime, os, signal, threading
+    signal.alarm(60)
+    import accelrt.distributed as dist
+    s = dist.TCPStore("127.0.0.1", 0, 1, True, datetime.timedelta(seconds=30))
+    c = dist.TCPStore("127.0.0.1", s.port, 1, False, datetime.timedelta(seconds=30))
+
+    def blocked():
+        try:
+            c.wait(["never"])                # holds the client's lock while it waits
+        except Exception:
+            pass
+
+    threading.Thread(target=blocked, daemon=True).start()
+    while not c._table._lock.locked():       # the thread is inside its request
+        pass
+    pid = os.fork()
+    if pid == 0:
+        signal.alarm(10)                     # before: the child waited for that lock for ever
+        c.set("k", "v")
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print(os.waitstatus_to_exitcode(status), s.check(["k"]), flush=True)
+    os._exit(0)
+""")
+
+
+def test_client_store_in_a_child_forked_during_a_parent_threads_request() -> None:
+    r = subprocess.run([sys.executable, "-c", _FORK_DURING_REQUEST_SCRIPT],
+                       capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
+    assert r.stdout.split() == ["0", "True"], r.stdout   # before: -14 (SIGALRM), False
