@@ -58,6 +58,8 @@ def _resolve(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, int | 
             raise RuntimeError("device(int) needs a current accelerator, and none is available")
         typ, idx = acc.type, arg
     elif isinstance(arg, str):
+        if type(arg) is not str:   # a str subclass by its value: its messages too
+            arg = str.__str__(arg)
         typ, idx = _dev._parse(arg)
         if typ not in _dev._known_types:
             _dev._check_type(typ, arg)

@@ -150,3 +150,31 @@ def test_client_store_in_a_child_forked_during_a_parent_threads_request() -> Non
                        capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert r.returncode == 0, (r.stdout, r.stderr[-3000:])
     assert r.stdout.split() == ["0", "True"], r.stdout   # before: -14 (SIGALRM), False
+
+
+# ------------------------------------------- 3. a str subclass naming no device type (s39)
+class _OddStr(str):
+    """A str whose own methods raise: torch's parser reads the value only."""
+
+    def __len__(self) -> int:
+        raise RuntimeError("the subclass's __len__ was called")
+
+    def __repr__(self) -> str:
+        raise RuntimeError("the subclass's __repr__ was called")
+
+    def __hash__(self) -> int:
+        raise RuntimeError("the subclass's __hash__ was called")
+
+
+@pytest.mark.parametrize("text", ["nope:0", "nope", "CPU", "gpu:0"])
+def test_device_str_subclass_with_an_unknown_type_gets_accelrts_error(text: str) -> None:
+    import accelrt as acc
+    from accelrt import AcceleratorError
+
+    # s39 read a str subclass by its value, but the unknown-type error path measured and
+    # showed the subclass itself: its __len__ error escaped instead of accelrt's
+    with pytest.raises(AcceleratorError) as plain:
+        acc.device(text)
+    with pytest.raises(AcceleratorError) as odd:
+        acc.device(_OddStr(text))
+    assert type(odd.value) is type(plain.value) and str(odd.value) == str(plain.value)
