@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -92,3 +93,48 @@ def test_landing_error_kept_by_is_completed(one_rank_world: None, staged: None) 
     w = _failing_receive(44)
     assert w.is_completed()
     _assert_failed(w)
+
+
+GATE = 30.0   # seconds a gate may take before the test fails (never reached when it passes)
+
+
+def test_bounded_wait_times_out_while_another_thread_lands(one_rank_world: None,
+                                                           staged: None) -> None:
+    """``wait(timeout=)`` while another thread's ``wait()`` is landing the data: s39 made the
+    second wait for the landing (rightly: the data is not in the array yet), without its
+    bound; it raises ``DistTimeoutError`` at its timeout now, and a later wait succeeds."""
+    got = acc.zeros((3,), device="cpu")
+    w = dist.irecv(got, 0, tag=45)
+    land = w._finish
+    assert land is not None, "not staged: the test needs a landing"
+    entered, release = threading.Event(), threading.Event()
+
+    def gated_landing() -> None:
+        entered.set()
+        assert release.wait(2 * GATE)   # (past the bounded wait's join below)
+        land()
+
+    w._finish = gated_landing
+    dist.isend(np.full(3, 2.5, np.float32), 0, tag=45).wait()
+    first: list[BaseException | bool] = []
+    lander = threading.Thread(target=lambda: first.append(w.wait()), daemon=True)
+    lander.start()
+    assert entered.wait(GATE)            # the first wait() is inside the landing
+    bounded: list[BaseException | bool] = []
+
+    def bounded_wait() -> None:
+        try:
+            bounded.append(w.wait(timeout=0.05))
+        except BaseException as exc:    # noqa: BLE001 - checked below
+            bounded.append(exc)
+
+    t = threading.Thread(target=bounded_wait, daemon=True)
+    t.start()
+    t.join(GATE)                         # before: blocked until the landing ended
+    done_in_time = not t.is_alive()
+    release.set()
+    lander.join(GATE)
+    t.join(GATE)
+    assert done_in_time, "wait(timeout=0.05) did not return while another thread landed"
+    assert len(bounded) == 1 and isinstance(bounded[0], dist.DistTimeoutError), bounded
+    assert first == [True] and w.wait(timeout=GATE) and got.numpy().tolist() == [2.5] * 3

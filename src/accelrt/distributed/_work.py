@@ -493,14 +493,17 @@ class Work:
         its landing (``_finish``) run (its error kept, as the engine's), the group no longer
         keeping it. Any number of threads may call it at once (``wait``, ``is_completed``
         through the group's reaping, ``source_rank``): the first to get ``_finishing``
-        finishes, the others wait for that and return; ``_request`` is cleared last, so a
-        thread that finds it None returns only after the landing ran."""
+        finishes, the others wait for that (a bounded wait no longer than its ``timeout``)
+        and return; ``_request`` is cleared last, so a thread that finds it None returns
+        only after the landing ran."""
         req, g = self._request, self._group
         if req is None:       # finished by another thread
             return
         assert g is not None and self._finishing is not None
+        deadline = None
         try:
             if timeout is not None:
+                deadline = _monotonic() + timeout
                 wait_until(req.test, timeout, lambda: self._timed_out(timeout))
                 source = req.wait()
             else:
@@ -511,7 +514,11 @@ class Work:
         except Exception as exc:
             g._forget(self)   # (done, by failing: the group no longer keeps its arrays)
             raise self._failed(g._engine_error(self._op, self._seq, exc), exc) from exc
-        with self._finishing:
+        # a bounded wait stays bounded while another thread lands the data
+        if not self._finishing.acquire(timeout=-1 if deadline is None
+                                       else max(deadline - _monotonic(), 0.0)):
+            raise self._timed_out(timeout or 0.0)
+        try:
             if self._request is None:    # another thread finished it while this one waited
                 return
             self._source = source
@@ -524,6 +531,8 @@ class Work:
             finally:
                 self._request = None
                 g._forget(self)
+        finally:
+            self._finishing.release()
 
     def _poll(self) -> bool:
         """True once the operation is complete, having finished a completed point-to-point
