@@ -49,9 +49,11 @@ def _failing_receive(tag: int) -> dist.Work:
     """A staged receive whose message arrived and whose landing raises when it runs."""
     got = acc.zeros((3,), device="cpu")
     w = dist.irecv(got, 0, tag=tag)
-    assert w._finish is not None, "not staged: the test needs a landing"
+    land = w._finish
+    assert land is not None, "not staged: the test needs a landing"
 
     def landing() -> None:
+        land()   # (the staging block goes back to the pinned pool, as a failed copy's does)
         raise RuntimeError("the landing copy failed")
 
     w._finish = landing
