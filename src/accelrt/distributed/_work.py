@@ -576,7 +576,8 @@ class Work:
             self._check()
             self._waited = True
         finally:
-            self._observe()
+            if self._future is not None:   # (checked here: a call per wait() costs ~20%)
+                self._observe()
         return True
 
     def synchronize(self) -> None:
@@ -589,11 +590,14 @@ class Work:
             self._check()
             self._waited = True
         finally:
-            self._observe()
+            if self._future is not None:   # (checked here: a call per wait() costs ~20%)
+                self._observe()
 
     def is_completed(self) -> bool:
         """True once the operation completed (point-to-point: its data is in the array, as
         torch's: a staged receive lands here, before True is answered)."""
+        if self._request is None and self._future is None:   # (the fast path: done, no future)
+            return True if self._event is None else self._event.query()
         if self._request is not None:
             done = self._request_completed()
         elif self._event is not None:
