@@ -367,3 +367,27 @@ def test_pending_frees_match_a_model(alloc: DeviceCachingAllocator, closed: set[
         b.stream_destroy(0, s["side0"][1])
         b.stream_destroy(1, s["side1"][1])
     assert alloc.memory_reserved() == 0
+
+
+@pytest.mark.parametrize("device", [0, 1])
+def test_an_uncached_free_after_its_recorded_stream_was_destroyed(
+        alloc: DeviceCachingAllocator, device: int) -> None:
+    # before: stream_synchronize on the destroyed handle raised ValueError from the free, and
+    # the request (already forgotten) was never given back to the backend
+    b = backends.get_backend(NAME)
+    free_before = b.get_memory_info(0)[0]
+    h = b.stream_create(device, 0)
+    alloc.set_caching(False)
+    try:
+        p = alloc.malloc(4096, 0)
+        with Gate() as gate:
+            b.launch_host_func(device, gate, h)
+            alloc.record_stream(p, h, device)
+            b.stream_destroy(device, h)         # its queued work (the gate) still runs
+            with open_when_blocked(gate):
+                alloc.free(p)                   # waits for every stream of that device
+                assert gate.event.is_set()
+    finally:
+        alloc.set_caching(True)
+    assert len(alloc._uncached) == 0
+    assert b.get_memory_info(0)[0] == free_before

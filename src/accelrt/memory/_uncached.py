@@ -67,13 +67,18 @@ class UncachedRequests:
 
     def free(self, ptr: int) -> bool:
         """Give an uncached allocation back to the backend once the work of the streams that
-        used it is done; False if ``ptr`` is not one."""
+        used it is done (a stream destroyed since: the work of every stream of its device, as
+        the caching path waits); False if ``ptr`` is not one."""
         streams = self._streams.pop(ptr, None)
         if streams is None:
             return False
+        b = self._b
         for dev, s in streams:
-            self._b.stream_synchronize(dev, StreamHandle(s))
-        self._b.free(self._index, DevicePtr(ptr))
+            if b.stream_is_valid(dev, StreamHandle(s)):
+                b.stream_synchronize(dev, StreamHandle(s))
+            else:
+                b.synchronize(dev)   # destroyed: its queued work still runs, so wait for all
+        b.free(self._index, DevicePtr(ptr))
         return True
 
     def record_stream(self, ptr: object, stream: int, device: int) -> bool:
