@@ -625,9 +625,13 @@ class Array(ArrayValues):
         """Mark the memory as in use by ``stream``: when the array is collected, the allocator
         reuses the block only after the work enqueued on ``stream`` so far has completed.
 
+        ``stream`` may belong to another device of the array's backend (work there reading the
+        memory peer to peer), as PyTorch's ``Tensor.record_stream`` allows: the free then
+        records its event on that device.
+
         Raises:
             TypeError: ``stream`` is not an :class:`accelrt.Stream`.
-            ValueError: ``stream`` belongs to another device.
+            ValueError: ``stream`` belongs to another backend.
 
         Example::
 
@@ -640,17 +644,17 @@ class Array(ArrayValues):
         if not isinstance(stream, Stream):
             raise TypeError(f"record_stream() takes an accelrt.Stream, got "
                             f"{type_shown(stream)}")
-        if stream._b is not self._b or stream._index != self._index:
-            why = "" if stream._b is self._b else _instances_differ(self._b, "array",
-                                                                     stream._b, "stream")
+        if stream._b is not self._b:
+            why = _instances_differ(self._b, "array", stream._b, "stream")
             raise ValueError(f"record_stream(): the stream is on "
                              f"{stream._b.name}:{stream._index} but the array is on "
                              f"{self._b.name}:{self._index}"
-                             + ("." + why if why else "; pass a stream of the array's device"))
+                             + ("." + why if why else
+                                "; pass a stream of the array's backend (any of its devices)"))
         mem = self._mem
         stream._check_open()
         if mem.alloc is not None and mem.ptr:
-            mem.alloc.record_stream(mem.ptr, stream._handle)
+            mem.alloc.record_stream(mem.ptr, stream._handle, stream._index)
 
     # ------------------------------------------------------------------ lifetime
     def close(self, stream: Stream | None = None) -> None:
@@ -669,11 +673,12 @@ class Array(ArrayValues):
         ``with acc.empty(...) as a:`` closes it at the end of the block.
 
         Args:
-            stream: a stream of the array's device whose queued work still uses the memory.
+            stream: a stream of the array's backend (of its device or another one) whose
+                queued work still uses the memory.
 
         Raises:
             TypeError: ``stream`` is not an :class:`accelrt.Stream`.
-            ValueError: ``stream`` belongs to another device.
+            ValueError: ``stream`` belongs to another backend.
 
         Example::
 

@@ -248,15 +248,23 @@ def test_record_stream_across_two_instances_of_one_name_says_which_is_replaced(
         s.close()
 
 
-def test_record_stream_of_another_device_keeps_its_message() -> None:
+def test_record_stream_of_another_backend_keeps_its_message() -> None:
+    # A stream of another device of the same backend is recorded since s39 (as torch's
+    # recordStream takes a CUDAStream of any device: tests/memory/test_record_stream_xdev_s39.py);
+    # one of another backend is still refused, with this message.
     name = f"twodev{next(_names)}"
     backends.register(name, lambda: CpuBackend(num_devices=2, name=name))
     x, s = acc.zeros(4, device=f"{name}:0"), acc.Stream(f"{name}:1")
+    x.record_stream(s)
+    assert x._mem.alloc._blocks[x.data_ptr()].stream_uses == {(1, s.stream_id)}
+    other = acc.Stream("cpu:0")
     with pytest.raises(ValueError) as exc:
-        x.record_stream(s)
-    assert str(exc.value) == (f"record_stream(): the stream is on {name}:1 but the array is "
-                              f"on {name}:0; pass a stream of the array's device")
+        x.record_stream(other)
+    assert str(exc.value) == (f"record_stream(): the stream is on cpu:0 but the array is "
+                              f"on {name}:0; pass a stream of the array's backend (any of its "
+                              f"devices)")
     s.close()
+    other.close()
     del x
     backends.unregister(name)
 

@@ -761,10 +761,11 @@ class DeviceCachingAllocator:
                               f"{self._index} caching allocator")
         return ValueError(f"pointer {ptr:#x} is not allocated (double free?)")
 
-    def record_stream(self, ptr: int, stream: int) -> None:
-        """Mark the allocation at ``ptr`` as used on ``stream``: its free waits for that stream's
-        work (PyTorch's ``recordStream``; :func:`._events.record_stream`)."""
-        record_stream(self, ptr, stream)
+    def record_stream(self, ptr: int, stream: int, device: int | None = None) -> None:
+        """Mark the allocation at ``ptr`` as used on ``stream`` of device ``device`` (default:
+        this allocator's; another device of the same backend is allowed): its free waits for
+        that stream's work (PyTorch's ``recordStream``; :func:`._events.record_stream`)."""
+        record_stream(self, ptr, stream, device)
 
     def empty_cache(self, pool_id: tuple[int, int] | None = None) -> None:
         """Release every cached segment that holds no allocation (waits for pending frees).

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["BUCKET_MAX", "DEFAULT_POOL", "K_MIN_BLOCK", "K_MIN_LARGE_ALLOC", "K_ROUND_LARGE",
            "K_SMALL_BUFFER", "K_SMALL_SIZE", "Block", "BlockPool", "FreeList", "PrivatePool",
+           "StreamUse",
            "count_alloc", "fl_add", "fl_first_ge", "fl_insert", "fl_pop_ge", "fl_remove",
            "fl_replace", "mergeable", "new_free_list", "unmapped_add",
            "unmapped_remove"]
@@ -55,6 +56,12 @@ K_ROUND_LARGE: Final = 2 << 20           # ... rounded up to this
 #: The id of the default (not private) pools.
 DEFAULT_POOL: Final = (0, 0)
 
+#: A stream recorded on a block with ``record_stream``: a stream handle of the allocator's own
+#: device (the common case, kept a bare int), or ``(device index, stream handle)`` for a stream
+#: of another device of the same backend (PyTorch's ``stream_set`` holds ``CUDAStream``\ s,
+#: which carry their device).
+StreamUse = int | tuple[int, int]
+
 
 class Block:
     """A contiguous piece of a segment.
@@ -67,7 +74,8 @@ class Block:
         prev, next: neighbours in the same segment, or ``None``.
         allocated: handed out and not yet freed by the user.
         event_count: outstanding stream events before the free completes.
-        stream_uses: streams recorded with ``record_stream`` (``None`` when empty).
+        stream_uses: streams recorded with ``record_stream`` (``None`` when empty): see
+            :data:`StreamUse`.
         mapped: False for unmapped ranges of expandable segments.
         exp: the :class:`~accelrt.memory._expandable.ExpandableSegment`, or ``None``.
         gc_base: the pool's free-block lookup count when the block was last cached.
@@ -104,7 +112,7 @@ class Block:
         self.next: Block | None = None
         self.allocated = False
         self.event_count = 0
-        self.stream_uses: set[int] | None = None
+        self.stream_uses: set[StreamUse] | None = None
         self.mapped = mapped
         self.exp = exp
         self.gc_base = 0

@@ -1,8 +1,11 @@
 """Stream-ordered frees of the caching allocator (``record_stream``).
 
 A block used on other streams is reused only after events recorded on those streams at free
-time complete; frees during a capture wait until it ends. :class:`StreamFrees` keeps them for
-its allocator (called with the allocator's ``_lock`` held).
+time complete; frees during a capture wait until it ends. A recorded stream may belong to
+another device of the allocator's backend (PyTorch's ``recordStream`` takes any
+``CUDAStream``): its event is made on, recorded on, queried and synchronized on that
+stream's device. :class:`StreamFrees` keeps them for its allocator (called with the
+allocator's ``_lock`` held).
 
 Example::
 
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .. import _checked, _sync_debug
 from .._handles import EventHandle, StreamHandle
-from ._block import Block, PrivatePool
+from ._block import Block, PrivatePool, StreamUse
 from ._fit import free_block
 
 if TYPE_CHECKING:
@@ -34,6 +37,13 @@ if TYPE_CHECKING:
     from ._interface import AllocatorCore
 
 __all__ = ["StreamFrees", "record_stream"]
+
+
+def _use_order(use: StreamUse) -> tuple[int, int]:
+    """The order :meth:`StreamFrees.insert_events` records a block's events in: the streams of
+    the allocator's own device first, by handle, then those of other devices by (device,
+    handle)."""
+    return (-1, use) if isinstance(use, int) else use
 
 
 class StreamFrees:
@@ -45,8 +55,11 @@ class StreamFrees:
     caches the block.
 
     Attributes:
-        events: stream -> queue of ``(event, block)`` in record order.
-        event_pool: idle event handles, reused.
+        events: stream use (:data:`~._block.StreamUse`) -> queue of ``(event, block)`` in
+            record order; the events of a stream of another device are that device's.
+        event_pool: idle event handles of the allocator's own device, reused.
+        event_pools: device index -> its idle event handles (``event_pool`` under the
+            allocator's own index; another device's made at its first recorded stream).
         deferred: blocks freed during a capture, waiting for it to end.
 
     Example::
@@ -58,12 +71,13 @@ class StreamFrees:
         0
     """
 
-    __slots__ = ("_alloc", "deferred", "event_pool", "events")
+    __slots__ = ("_alloc", "deferred", "event_pool", "event_pools", "events")
 
     def __init__(self, alloc: AllocatorCore) -> None:
         self._alloc = alloc
-        self.events: dict[int, collections.deque[tuple[int, Block]]] = {}
+        self.events: dict[StreamUse, collections.deque[tuple[int, Block]]] = {}
         self.event_pool: list[int] = []
+        self.event_pools: dict[int, list[int]] = {alloc._index: self.event_pool}
         self.deferred: list[Block] = []
 
     def waiting(self) -> bool:
@@ -82,15 +96,24 @@ class StreamFrees:
 
     @staticmethod
     def _new_event(b: Backend, idx: int) -> int:
-        """A new event for the pool (kept until the allocator goes), checked as the core
-        checks every event it keeps (:func:`accelrt._checked.event`)."""
+        """A new event of device ``idx`` for a pool (kept until the allocator goes), checked as
+        the core checks every event it keeps (:func:`accelrt._checked.event`)."""
         anyb: Any = b   # called untyped: the compiled build would cast the result
         return int(_checked.event(b, idx, anyb.event_create(idx, False, False, False)))
 
-    def insert_events(self, blk: Block) -> None:
-        """Record one event per recorded stream; the pending free completes when all have.
+    def _pool_of(self, dev: int) -> list[int]:
+        """The idle events of device ``dev`` (made empty at its first use)."""
+        pool = self.event_pools.get(dev)
+        if pool is None:
+            pool = self.event_pools[dev] = []
+        return pool
 
-        A stream destroyed since ``record_stream`` cannot take an event: the device is
+    def insert_events(self, blk: Block) -> None:
+        """Record one event per recorded stream, on that stream's device (PyTorch's
+        ``insert_events``: ``SetDevice(stream.device_index())`` and an event of that device);
+        the pending free completes when all have.
+
+        A stream destroyed since ``record_stream`` cannot take an event: its device is
         synchronized instead (its queued work still runs), which is safe. Any other backend
         failure leaves the allocator consistent (the block waits only for the events that were
         recorded, completing at once if none was) and is then raised.
@@ -101,20 +124,25 @@ class StreamFrees:
         uses = blk.stream_uses or ()
         blk.stream_uses = None
         error: BaseException | None = None
-        for s in sorted(uses):
+        for s in (uses if len(uses) < 2 else sorted(uses, key=_use_order)):
+            if isinstance(s, int):
+                dev, h, pool = idx, s, self.event_pool
+            else:
+                dev, h = s
+                pool = self._pool_of(dev)
             try:
-                ev = self.event_pool.pop() if self.event_pool else self._new_event(b, idx)
+                ev = pool.pop() if pool else self._new_event(b, dev)
             except Exception as exc:  # noqa: BLE001 - re-raised below, state kept consistent
                 error = error or exc
                 continue
             try:
-                b.event_record(idx, EventHandle(ev), StreamHandle(s))
+                b.event_record(dev, EventHandle(ev), StreamHandle(h))
             except Exception as exc:  # noqa: BLE001 - re-raised below, state kept consistent
-                self.event_pool.append(ev)
+                pool.append(ev)
                 failure: BaseException | None = exc
                 try:
-                    if not b.stream_is_valid(idx, StreamHandle(s)):
-                        b.synchronize(idx)   # a destroyed stream: wait for everything
+                    if not b.stream_is_valid(dev, StreamHandle(h)):
+                        b.synchronize(dev)   # a destroyed stream: wait for all its device's work
                         failure = None
                         if _sync_debug.active:   # after the wait: the block is then free
                             _sync_debug.check(b.name)
@@ -162,12 +190,17 @@ class StreamFrees:
         idx = alloc._index
         for s in list(self.events):
             q = self.events[s]
+            if isinstance(s, int):
+                dev, pool = idx, self.event_pool
+            else:
+                dev = s[0]
+                pool = self._pool_of(dev)
             while q:
                 ev, blk = q[0]
-                if not b.event_query(idx, EventHandle(ev)):
+                if not b.event_query(dev, EventHandle(ev)):
                     break
                 q.popleft()
-                self.event_pool.append(ev)
+                pool.append(ev)
                 blk.event_count -= 1
                 if blk.event_count == 0:
                     free_block(cast("DeviceCachingAllocator", alloc), blk, True)
@@ -177,7 +210,8 @@ class StreamFrees:
             alloc._update_simple()
 
     def synchronize_and_free(self, only: PrivatePool | None) -> None:
-        """Wait for every event (of ``only``'s blocks, when given) and complete those frees."""
+        """Wait for every event (of ``only``'s blocks, when given), each on its stream's
+        device, and complete those frees."""
         alloc = self._alloc
         if only is None:
             alloc._stats.num_sync_all_streams += 1
@@ -187,13 +221,18 @@ class StreamFrees:
         idx = alloc._index
         for s in list(self.events):
             q = self.events[s]
+            if isinstance(s, int):
+                dev, pool = idx, self.event_pool
+            else:
+                dev = s[0]
+                pool = self._pool_of(dev)
             keep: collections.deque[tuple[int, Block]] = collections.deque()
             for ev, blk in q:
                 if only is not None and blk.pool.owner is not only:
                     keep.append((ev, blk))
                     continue
-                b.event_synchronize(idx, EventHandle(ev))
-                self.event_pool.append(ev)
+                b.event_synchronize(dev, EventHandle(ev))
+                pool.append(ev)
                 blk.event_count -= 1
                 if blk.event_count == 0:
                     free_block(cast("DeviceCachingAllocator", alloc), blk, True)
@@ -204,12 +243,30 @@ class StreamFrees:
         alloc._update_simple()
 
 
-def record_stream(a: AllocatorCore, ptr: int, stream: int) -> None:
-    """Mark the allocation at ``ptr`` as used on ``stream``: its free will wait for the
-    work queued on ``stream`` at free time (PyTorch's ``recordStream``).
+def _other_device(a: AllocatorCore, device: object) -> int:
+    """``device``, the index of another device of ``a``'s backend, checked."""
+    if not isinstance(device, int) or isinstance(device, bool):
+        raise TypeError(f"record_stream: the device index must be an int, got "
+                        f"{type(device).__name__}")
+    count = a._b.device_count()
+    if not 0 <= device < count:
+        raise ValueError(f"record_stream: device index {device} is out of range: "
+                         f"{a._name} has {count} device(s)")
+    return device
+
+
+def record_stream(a: AllocatorCore, ptr: int, stream: int, device: int | None = None) -> None:
+    """Mark the allocation at ``ptr`` as used on ``stream`` of device ``device`` (default: the
+    allocator's own): its free will wait for the work queued on ``stream`` at free time
+    (PyTorch's ``recordStream``, which takes a stream of any device: the event of its use is
+    made and recorded on that device when the block is freed). A use of the block's own
+    stream on its own device needs no event and is ignored.
 
     Raises:
-        ValueError: ``ptr`` is not a live allocation of this allocator.
+        ValueError: ``ptr`` is not a live allocation of this allocator, ``device`` is not a
+            device index of its backend, or ``stream`` is not a live stream handle of device
+            ``device``.
+        TypeError: ``device`` is not an int.
 
     Example::
 
@@ -221,14 +278,17 @@ def record_stream(a: AllocatorCore, ptr: int, stream: int) -> None:
         >>> a.record_stream(p, s)     # p is reused only after s's work queued by free()
         >>> a.free(p)
     """
+    if device is not None and device != a._index:
+        _record_other_device(a, ptr, stream, device)
+        return
     with a._lock:
         blk = a._block_at(ptr)
-        if blk is None and a._uncached and a._uncached.record_stream(ptr, stream):
+        if blk is None and a._uncached and a._uncached.record_stream(ptr, stream, a._index):
             return
         if blk is None or not blk.allocated:
             raise a._bad_ptr(ptr, blk)
         if stream == blk.stream:
-            return
+            return   # the allocation stream: its own order needs no event
         if not a._b.stream_is_valid(a._index, StreamHandle(stream)):
             raise ValueError(f"record_stream: {stream!r} is not a live stream handle of "
                              f"{a._name}:{a._index}")
@@ -236,3 +296,24 @@ def record_stream(a: AllocatorCore, ptr: int, stream: int) -> None:
             blk.stream_uses = {stream}
         else:
             blk.stream_uses.add(stream)
+
+
+def _record_other_device(a: AllocatorCore, ptr: int, stream: int, device: object) -> None:
+    """:func:`record_stream` of a stream of another device of the allocator's backend: the use
+    is kept as ``(device, stream)`` (never ignored: the allocation stream is another device's
+    stream)."""
+    dev = _other_device(a, device)
+    with a._lock:
+        blk = a._block_at(ptr)
+        if blk is None and a._uncached and a._uncached.record_stream(ptr, stream, dev):
+            return
+        if blk is None or not blk.allocated:
+            raise a._bad_ptr(ptr, blk)
+        if not a._b.stream_is_valid(dev, StreamHandle(stream)):
+            raise ValueError(f"record_stream: {stream!r} is not a live stream handle of "
+                             f"{a._name}:{dev}")
+        use: StreamUse = (dev, stream)
+        if blk.stream_uses is None:
+            blk.stream_uses = {use}
+        else:
+            blk.stream_uses.add(use)

@@ -79,14 +79,15 @@ def _warn_once(message: str) -> None:
 
 
 class _Alloc:
-    """One live allocation: its size, creation stream, recorded streams, capture flag."""
+    """One live allocation: its size, creation stream, recorded streams (``(device index,
+    stream)``: PyTorch's ``UsageStream``, which may be of another device), capture flag."""
 
     __slots__ = ("captured", "recorded", "size", "stream")
 
     def __init__(self, size: int, stream: int, captured: bool) -> None:
         self.size = size
         self.stream = stream
-        self.recorded: list[int] = []
+        self.recorded: list[tuple[int, int]] = []
         self.captured = captured
 
 
@@ -222,14 +223,17 @@ class MallocAsyncAllocator(ReplacedAllocator):
         holds ``_stream._pools_lock`` may run a finaliser that frees an allocation of this
         allocator (waiting for ``_alock``): taking the pools' lock here would deadlock. Without
         a pool (``register(..., replace=True)`` dropped it: the backend's name names another
-        instance now) the device is synchronized and the free issued on the creation stream.
+        instance now) the device (and that of each recorded stream of another device) is
+        synchronized and the free issued on the creation stream.
         """
         from .. import _stream
         b, idx = self._b, self._index
         per = _stream._pools.get(b)
         pool = per.get(idx) if per is not None else None
         if pool is None:
-            b.synchronize(idx)   # the recorded streams' work (and all else) is done
+            # the recorded streams' work (and all else) is done, on every device they are on
+            for dev in sorted({idx, *(d for d, _ in info.recorded)}):
+                b.synchronize(dev)
             anyb0: Any = b
             default = _checked.handle(b, ("default_stream", (idx,)), anyb0.default_stream(idx),
                                       "a stream handle", nonzero=False)
@@ -242,16 +246,18 @@ class MallocAsyncAllocator(ReplacedAllocator):
             unifier = pool.create(0)
         anyb: Any = b   # called untyped: the compiled build would cast the result
         try:
-            for s in (info.stream, *info.recorded):
-                if not b.stream_is_valid(idx, StreamHandle(s)):
-                    b.synchronize(idx)   # a destroyed stream: wait for everything instead
+            for dev, s in ((idx, info.stream), *info.recorded):
+                # a stream of another device: its event is made and recorded on that device
+                # (PyTorch's CUDAGuard on the usage stream's device), the wait is cross-device
+                if not b.stream_is_valid(dev, StreamHandle(s)):
+                    b.synchronize(dev)   # a destroyed stream: wait for its device's work instead
                     continue
-                ev = _checked.temporary_event(b, idx, anyb.event_create(idx, False, False, False))
+                ev = _checked.temporary_event(b, dev, anyb.event_create(dev, False, False, False))
                 try:
-                    b.event_record(idx, EventHandle(ev), StreamHandle(s))
+                    b.event_record(dev, EventHandle(ev), StreamHandle(s))
                     b.stream_wait_event(idx, unifier, EventHandle(ev))
                 finally:
-                    b.event_destroy(idx, EventHandle(ev))
+                    b.event_destroy(dev, EventHandle(ev))
             b.mempool_free_async(idx, DevicePtr(ptr), unifier)
         finally:
             # back to the pool (its queued work stays ordered), or destroyed when it is full
@@ -267,12 +273,14 @@ class MallocAsyncAllocator(ReplacedAllocator):
     def drain_pending(self) -> bool:
         return True
 
-    def record_stream(self, ptr: int, stream: int) -> None:
-        """Make the free of ``ptr`` wait for the work queued on ``stream`` by then.
+    def record_stream(self, ptr: int, stream: int, device: int | None = None) -> None:
+        """Make the free of ``ptr`` wait for the work queued by then on ``stream`` of device
+        ``device`` (default: this allocator's; another device of the backend is allowed, as
+        PyTorch's ``UsageStream`` carries its device).
 
         Raises:
             ValueError: ``ptr`` is not a live allocation, or ``stream`` not a live stream
-                of this device.
+                of device ``device``.
         """
         if not ptr:
             return
@@ -283,15 +291,17 @@ class MallocAsyncAllocator(ReplacedAllocator):
             info = self._live.get(ptr) if type(ptr) is int else None
             if info is None:
                 raise self._bad_async_ptr(ptr)
-            if stream == info.stream:
+            dev = self._index if device is None else device
+            if stream == info.stream and dev == self._index:
                 _warn_once("Called record_stream on tensor whose original creation stream "
                            "matches the recorded stream. This is unnecessary and has no effect.")
                 return
-            if not self._b.stream_is_valid(self._index, StreamHandle(stream)):
+            if not self._b.stream_is_valid(dev, StreamHandle(stream)):
                 raise ValueError(f"record_stream: {stream!r} is not a live stream handle of "
-                                 f"{self._name}:{self._index}")
-            if stream not in info.recorded:
-                info.recorded.append(stream)
+                                 f"{self._name}:{dev}")
+            use = (dev, stream)
+            if use not in info.recorded:
+                info.recorded.append(use)
 
     def empty_cache(self, pool_id: tuple[int, int] | None = None) -> None:
         """Synchronize the device and release every unused byte of its pool

@@ -59,7 +59,7 @@ class PluggableDeviceAllocator(ReplacedAllocator):
             logging.getLogger("accelrt.memory").exception(
                 "Exception ignored in the free of pointer %#x by a pluggable allocator:", ptr)
 
-    def record_stream(self, ptr: int, stream: int) -> None:
+    def record_stream(self, ptr: int, stream: int, device: int | None = None) -> None:
         """No-op, as PyTorch's pluggable allocator without a record_stream function."""
 
     def empty_cache(self, pool_id: tuple[int, int] | None = None) -> None:

@@ -31,8 +31,9 @@ __all__ = ["UncachedRequests"]
 
 
 class UncachedRequests:
-    """The uncached allocations of one device: address -> the streams that used it (its own
-    first). Guarded by the allocator's lock.
+    """The uncached allocations of one device: address -> the ``(device index, stream)`` pairs
+    of the streams that used it (its own first; ``record_stream`` may name a stream of another
+    device of the backend). Guarded by the allocator's lock.
 
     Args:
         backend: the device's backend.
@@ -44,7 +45,7 @@ class UncachedRequests:
         self._b = backend
         self._index = index
         self._name = name
-        self._streams: dict[int, list[int]] = {}
+        self._streams: dict[int, list[tuple[int, int]]] = {}
 
     def __len__(self) -> int:
         return len(self._streams)
@@ -61,25 +62,32 @@ class UncachedRequests:
                    f"on {self._name}:{self._index} with the caching allocator disabled "
                    f"({format_size(free)} of {format_size(total)} free)")
             return msg, size, 0, total, free
-        self._streams[ptr] = [stream]
+        self._streams[ptr] = [(self._index, stream)]
         return ptr
 
     def free(self, ptr: int) -> bool:
         """Give an uncached allocation back to the backend once the work of the streams that
-        used it is done; False if ``ptr`` is not one."""
+        used it is done (a stream destroyed since: the work of every stream of its device, as
+        the caching path waits); False if ``ptr`` is not one."""
         streams = self._streams.pop(ptr, None)
         if streams is None:
             return False
-        for s in streams:
-            self._b.stream_synchronize(self._index, StreamHandle(s))
-        self._b.free(self._index, DevicePtr(ptr))
+        b = self._b
+        for dev, s in streams:
+            if b.stream_is_valid(dev, StreamHandle(s)):
+                b.stream_synchronize(dev, StreamHandle(s))
+            else:
+                b.synchronize(dev)   # destroyed: its queued work still runs, so wait for all
+        b.free(self._index, DevicePtr(ptr))
         return True
 
-    def record_stream(self, ptr: object, stream: int) -> bool:
-        """Its free waits for ``stream``'s work too; False if ``ptr`` is not one."""
+    def record_stream(self, ptr: object, stream: int, device: int) -> bool:
+        """Its free waits for the work of ``stream`` of device ``device`` too; False if ``ptr``
+        is not one."""
         streams = self._streams.get(ptr) if type(ptr) is int else None
         if streams is None:
             return False
-        if stream not in streams:
-            streams.append(stream)
+        use = (device, stream)
+        if use not in streams:
+            streams.append(use)
         return True

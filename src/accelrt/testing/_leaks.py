@@ -106,7 +106,7 @@ def _internal_events(allocators: list[Any], backends: list[Backend]) -> dict[int
         b = getattr(a, "_b", None)
         frees = getattr(a, "_stream_frees", None)
         if b is not None and frees is not None:
-            n = len(frees.event_pool)
+            n = sum(len(pool) for pool in list(frees.event_pools.values()))
             if frees.events:
                 n += sum(len(q) for q in list(frees.events.values()))
             out[id(b)] = out.get(id(b), 0) + n
