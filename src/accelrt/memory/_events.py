@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ._allocator import DeviceCachingAllocator
     from ._interface import AllocatorCore
 
-__all__ = ["StreamFrees", "record_stream"]
+__all__ = ["StreamFrees", "check_device", "record_stream"]
 
 
 def _use_order(use: StreamUse) -> tuple[int, int]:
@@ -211,7 +211,13 @@ class StreamFrees:
 
     def synchronize_and_free(self, only: PrivatePool | None) -> None:
         """Wait for every event (of ``only``'s blocks, when given), each on its stream's
-        device, and complete those frees."""
+        device, and complete those frees.
+
+        An event whose wait raises (a host function's error kept by its stream, a closed
+        backend) stays queued with those after it, and the error propagates: the frees
+        completed before it are off the queue, so a later call neither returns their events
+        to the pool twice nor counts their blocks down again.
+        """
         alloc = self._alloc
         if only is None:
             alloc._stats.num_sync_all_streams += 1
@@ -219,39 +225,53 @@ class StreamFrees:
             self.insert_deferred()
         b = alloc._b
         idx = alloc._index
-        for s in list(self.events):
-            q = self.events[s]
-            if isinstance(s, int):
-                dev, pool = idx, self.event_pool
-            else:
-                dev = s[0]
-                pool = self._pool_of(dev)
-            keep: collections.deque[tuple[int, Block]] = collections.deque()
-            for ev, blk in q:
-                if only is not None and blk.pool.owner is not only:
-                    keep.append((ev, blk))
-                    continue
-                b.event_synchronize(dev, EventHandle(ev))
-                pool.append(ev)
-                blk.event_count -= 1
-                if blk.event_count == 0:
-                    free_block(cast("DeviceCachingAllocator", alloc), blk, True)
-            if keep:
-                self.events[s] = keep
-            else:
-                del self.events[s]
-        alloc._update_simple()
+        try:
+            for s in list(self.events):
+                q = self.events[s]
+                if isinstance(s, int):
+                    dev, pool = idx, self.event_pool
+                else:
+                    dev = s[0]
+                    pool = self._pool_of(dev)
+                keep: collections.deque[tuple[int, Block]] = collections.deque()
+                try:
+                    while q:
+                        ev, blk = q[0]
+                        if only is not None and blk.pool.owner is not only:
+                            keep.append(q.popleft())
+                            continue
+                        b.event_synchronize(dev, EventHandle(ev))
+                        q.popleft()   # (only once waited for: an error leaves it queued)
+                        pool.append(ev)
+                        blk.event_count -= 1
+                        if blk.event_count == 0:
+                            free_block(cast("DeviceCachingAllocator", alloc), blk, True)
+                finally:
+                    # what stays queued, in record order: the kept, then those not reached
+                    keep.extend(q)
+                    if keep:
+                        self.events[s] = keep
+                    else:
+                        del self.events[s]
+        finally:
+            alloc._update_simple()
 
 
-def _other_device(a: AllocatorCore, device: object) -> int:
-    """``device``, the index of another device of ``a``'s backend, checked."""
+def check_device(b: Backend, name: str, device: object) -> int:
+    """``device``, the index of a device of backend ``b`` (named ``name``), checked: the
+    ``device`` argument of an allocator's ``record_stream``.
+
+    Raises:
+        TypeError: ``device`` is not an int.
+        ValueError: ``device`` is not a device index of ``b``.
+    """
     if not isinstance(device, int) or isinstance(device, bool):
         raise TypeError(f"record_stream: the device index must be an int, got "
                         f"{type(device).__name__}")
-    count = a._b.device_count()
+    count = b.device_count()
     if not 0 <= device < count:
         raise ValueError(f"record_stream: device index {device} is out of range: "
-                         f"{a._name} has {count} device(s)")
+                         f"{name} has {count} device(s)")
     return device
 
 
@@ -302,7 +322,7 @@ def _record_other_device(a: AllocatorCore, ptr: int, stream: int, device: object
     """:func:`record_stream` of a stream of another device of the allocator's backend: the use
     is kept as ``(device, stream)`` (never ignored: the allocation stream is another device's
     stream)."""
-    dev = _other_device(a, device)
+    dev = check_device(a._b, a._name, device)
     with a._lock:
         blk = a._block_at(ptr)
         if blk is None and a._uncached and a._uncached.record_stream(ptr, stream, dev):

@@ -49,6 +49,7 @@ from .._errors import OutOfMemoryError, type_shown
 from .._fork import reinit_after_fork
 from .._handles import DevicePtr, EventHandle, StreamHandle
 from ._config import AllocatorConfig, check_fraction
+from ._events import check_device
 from ._oom import format_size
 from ._replaced import ReplacedAllocator
 from ._stats import FLAT_KEYS
@@ -279,9 +280,12 @@ class MallocAsyncAllocator(ReplacedAllocator):
         PyTorch's ``UsageStream`` carries its device).
 
         Raises:
-            ValueError: ``ptr`` is not a live allocation, or ``stream`` not a live stream
-                of device ``device``.
+            ValueError: ``ptr`` is not a live allocation, ``device`` is not a device index of
+                the backend, or ``stream`` not a live stream of device ``device``.
+            TypeError: ``device`` is not an int.
         """
+        if device is not None and device != self._index:
+            device = check_device(self._b, self._name, device)   # as the caching allocator's
         if not ptr:
             return
         from .. import _stream
