@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -411,6 +412,48 @@ def test_is_completed_true_means_the_staged_data_landed(one_rank_world: None,
             pass
         assert got.numpy().tolist() == [rnd + 0.5] * 4
         assert w.source_rank() == 0 and w.is_success()
+
+
+_EXIT_WAITING = r'''
+import threading
+import numpy as np
+import accelrt.distributed as dist
+
+dist.init_process_group("cpu:mpi", timeout=30)
+buf = np.zeros(4, np.float32)
+w = dist.irecv(buf, 0, tag=99)          # no rank ever sends it
+inside = threading.Event()
+
+
+class Gate:                             # the waiting thread reached MPI_Wait
+    def __init__(self, req):
+        self.req = req
+
+    def Wait(self, status=None):
+        inside.set()
+        return self.req.Wait(status)
+
+    def __getattr__(self, name):
+        return getattr(self.req, name)
+
+
+w._request._req = Gate(w._request._req)
+threading.Thread(target=w.wait, daemon=True).start()
+assert inside.wait(30)
+print("exiting", flush=True)
+'''
+
+
+def test_exit_while_a_daemon_thread_waits_on_a_receive(tmp_path: Path) -> None:
+    """The interpreter exits while a daemon thread is blocked in ``wait()`` on a receive that
+    no rank sends: mpi4py's ``MPI_Finalize`` ran under that thread's ``MPI_Wait`` and the
+    process died of SIGSEGV (exit code 139); the request is now cancelled first."""
+    script = tmp_path / "exit_waiting.py"
+    script.write_text(_EXIT_WAITING)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120, env=dict(os.environ))
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-2000:])
+    assert "exiting" in proc.stdout
 
 
 # ------------------------------------------------------------------ two ranks, mpiexec

@@ -17,6 +17,7 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import importlib
 import os
@@ -29,6 +30,7 @@ import numpy as np
 from .._stream import Stream
 from ._engine import (Buf, DirectPlan, Engine, EngineCapabilities, EngineContext, PremulSum,
                       RedOp, ReduceOp, Request, cuda_memory)
+from ._errors import DistError
 
 __all__ = ["MpiEngine", "mpi", "mpi_datatype"]
 
@@ -52,7 +54,7 @@ def mpi() -> Any:
     UCX is limited to shared memory during the init (unless ``UCX_TLS`` is set) instead of
     opening listeners on every interface.
     """
-    global _MPI
+    global _MPI, _MPI_PID
     if _MPI is None:
         pin = not under_launcher() and "UCX_TLS" not in os.environ
         if pin:
@@ -62,7 +64,31 @@ def mpi() -> Any:
         finally:
             if pin:
                 del os.environ["UCX_TLS"]
+        _MPI_PID = os.getpid()
+        atexit.register(_cancel_pending_at_exit)   # (runs before mpi4py's MPI_Finalize)
     return _MPI
+
+
+#: point-to-point requests not known to be complete (set.add/discard/list are atomic under
+#: the GIL). Holding them adds nothing: a group keeps a posted operation's work, and so its
+#: request and arrays, until it completes
+_PENDING: set[_MpiRequest] = set()
+_MPI_PID = 0   # the process that initialized MPI (a forked child inherits the hook, not MPI)
+#: seconds :func:`_cancel_pending_at_exit` lets a thread blocked in a cancelled request's
+#: ``MPI_Wait`` take to leave it
+EXIT_GRACE = 5.0
+
+
+def _cancel_pending_at_exit() -> None:
+    """At interpreter exit, before mpi4py finalizes MPI, cancel every point-to-point request
+    still pending and let a thread blocked in its ``MPI_Wait`` leave MPI first (a daemon
+    thread waiting on a receive that no rank will send): ``MPI_Finalize`` while a thread was
+    inside ``MPI_Wait`` crashed the process (SIGSEGV). That thread's ``wait()`` then raises
+    :class:`DistError`."""
+    if _MPI is None or os.getpid() != _MPI_PID or _MPI.Is_finalized():
+        return
+    for req in list(_PENDING):
+        req._cancel_at_exit()
 
 
 _TYPES: dict[str, Any] = {}
@@ -254,11 +280,43 @@ class _MpiRequest(Request):
         self._source: int | None = None
         self._error: BaseException | None = None
         self._lock = threading.Lock()
+        _PENDING.add(self)
+
+    def _completed(self) -> int:
+        """The source of the request MPI just completed (the lock held); its kept error if
+        :meth:`_cancel_at_exit` cancelled it."""
+        if self._error is not None and self._status.Is_cancelled():
+            self._raise_kept()
+        self._source = source = int(self._status.Get_source())
+        _PENDING.discard(self)
+        return source
+
+    def _cancel_at_exit(self) -> None:
+        """Cancel the request (interpreter exit: :func:`_cancel_pending_at_exit`) and wait, a
+        bounded time, for a thread inside its ``MPI_Wait`` to leave it."""
+        if self._source is not None:
+            return
+        self._error = DistError("the point-to-point operation was cancelled at interpreter "
+                                "exit: it had not completed (no matching operation was "
+                                "posted); wait for it before the program ends")
+        try:
+            self._req.Cancel()
+        except Exception:   # noqa: BLE001 - exiting: nothing more to do for it
+            return
+        if self._lock.acquire(timeout=EXIT_GRACE):   # (a waiter returns from MPI_Wait first)
+            try:
+                if self._source is None:
+                    self._req.Test(self._status)     # (completes the cancelled request)
+            except Exception:   # noqa: BLE001 - exiting
+                pass
+            finally:
+                self._lock.release()
 
     def _keep(self, exc: BaseException) -> None:
         """Keep ``exc`` (a copy that holds no frames) as the request's outcome."""
         from ._work import detached
         self._error = detached(exc)
+        _PENDING.discard(self)    # (MPI freed the failed request)
 
     def _raise_kept(self) -> None:
         if self._error is not None:
@@ -280,7 +338,7 @@ class _MpiRequest(Request):
                 except Exception as exc:
                     self._keep(exc)
                     raise
-                self._source = int(self._status.Get_source())
+                self._completed()
             return True
         finally:
             self._lock.release()
@@ -297,7 +355,7 @@ class _MpiRequest(Request):
                 except Exception as exc:
                     self._keep(exc)
                     raise
-                self._source = int(self._status.Get_source())
+                return self._completed()
             return self._source
 
 
