@@ -69,9 +69,10 @@ def mpi() -> Any:
     return _MPI
 
 
-#: point-to-point requests not known to be complete (set.add/discard/list are atomic under
-#: the GIL). Holding them adds nothing: a group keeps a posted operation's work, and so its
-#: request and arrays, until it completes
+#: receives not known to be complete (set.add/discard/list are atomic under the GIL).
+#: Holding them adds nothing: a group keeps a posted operation's work, and so its request and
+#: arrays, until it completes. (Sends are left to MPI_Finalize, which may still deliver them:
+#: a rank may exit after an isend it never waited for, and its peer still receive it.)
 _PENDING: set[_MpiRequest] = set()
 _MPI_PID = 0   # the process that initialized MPI (a forked child inherits the hook, not MPI)
 #: seconds :func:`_cancel_pending_at_exit` lets a thread blocked in a cancelled request's
@@ -80,11 +81,10 @@ EXIT_GRACE = 5.0
 
 
 def _cancel_pending_at_exit() -> None:
-    """At interpreter exit, before mpi4py finalizes MPI, cancel every point-to-point request
-    still pending and let a thread blocked in its ``MPI_Wait`` leave MPI first (a daemon
-    thread waiting on a receive that no rank will send): ``MPI_Finalize`` while a thread was
-    inside ``MPI_Wait`` crashed the process (SIGSEGV). That thread's ``wait()`` then raises
-    :class:`DistError`."""
+    """At interpreter exit, before mpi4py finalizes MPI, cancel every receive still pending
+    and let a thread blocked in its ``MPI_Wait`` leave MPI first (a daemon thread waiting on a
+    receive that no rank will send): ``MPI_Finalize`` while a thread was inside ``MPI_Wait``
+    crashed the process (SIGSEGV). That thread's ``wait()`` then raises :class:`DistError`."""
     if _MPI is None or os.getpid() != _MPI_PID or _MPI.Is_finalized():
         return
     for req in list(_PENDING):
@@ -275,12 +275,13 @@ class _MpiRequest(Request):
 
     __slots__ = ("_error", "_lock", "_rank_of", "_req", "_source", "_status")
 
-    def __init__(self, req: Any, status: Any, rank_of: Any) -> None:
+    def __init__(self, req: Any, status: Any, rank_of: Any, receive: bool = False) -> None:
         self._req, self._status, self._rank_of = req, status, rank_of
         self._source: int | None = None
         self._error: BaseException | None = None
         self._lock = threading.Lock()
-        _PENDING.add(self)
+        if receive:   # (cancelled at exit if still pending: _cancel_pending_at_exit)
+            _PENDING.add(self)
 
     def _completed(self) -> int:
         """The source of the request MPI just completed (the lock held); its kept error if
@@ -296,9 +297,8 @@ class _MpiRequest(Request):
         bounded time, for a thread inside its ``MPI_Wait`` to leave it."""
         if self._source is not None:
             return
-        self._error = DistError("the point-to-point operation was cancelled at interpreter "
-                                "exit: it had not completed (no matching operation was "
-                                "posted); wait for it before the program ends")
+        self._error = DistError("the receive was cancelled at interpreter exit: no matching "
+                                "send had arrived; wait for it before the program ends")
         try:
             self._req.Cancel()
         except Exception:   # noqa: BLE001 - exiting: nothing more to do for it
@@ -559,7 +559,7 @@ class MpiEngine(Engine):
     def irecv(self, buf: Buf, peer: int | None, tag: int) -> Request:
         MPI = mpi()
         src = MPI.ANY_SOURCE if peer is None else peer
-        return _MpiRequest(self.comm.Irecv(_bytes(buf), src, tag), MPI.Status(), None)
+        return _MpiRequest(self.comm.Irecv(_bytes(buf), src, tag), MPI.Status(), None, True)
 
     def split(self, color: int | None, key: int, ctx: EngineContext | None) -> Engine | None:
         MPI = mpi()
