@@ -101,12 +101,17 @@ class StreamFrees:
         anyb: Any = b   # called untyped: the compiled build would cast the result
         return int(_checked.event(b, idx, anyb.event_create(idx, False, False, False)))
 
-    def _pool_of(self, dev: int) -> list[int]:
-        """The idle events of device ``dev`` (made empty at its first use)."""
+    def _where(self, use: StreamUse) -> tuple[int, int, list[int]]:
+        """``(device, stream handle, idle events of that device)`` of a recorded stream use:
+        a bare handle is a stream of the allocator's own device; another device's pool is
+        made empty at its first use."""
+        if isinstance(use, int):
+            return self._alloc._index, use, self.event_pool
+        dev, h = use
         pool = self.event_pools.get(dev)
         if pool is None:
             pool = self.event_pools[dev] = []
-        return pool
+        return dev, h, pool
 
     def insert_events(self, blk: Block) -> None:
         """Record one event per recorded stream, on that stream's device (PyTorch's
@@ -120,16 +125,11 @@ class StreamFrees:
         """
         alloc = self._alloc
         b = alloc._b
-        idx = alloc._index
         uses = blk.stream_uses or ()
         blk.stream_uses = None
         error: BaseException | None = None
         for s in (uses if len(uses) < 2 else sorted(uses, key=_use_order)):
-            if isinstance(s, int):
-                dev, h, pool = idx, s, self.event_pool
-            else:
-                dev, h = s
-                pool = self._pool_of(dev)
+            dev, h, pool = self._where(s)
             try:
                 ev = pool.pop() if pool else self._new_event(b, dev)
             except Exception as exc:  # noqa: BLE001 - re-raised below, state kept consistent
@@ -187,14 +187,9 @@ class StreamFrees:
             self.insert_deferred()
         alloc = self._alloc
         b = alloc._b
-        idx = alloc._index
         for s in list(self.events):
             q = self.events[s]
-            if isinstance(s, int):
-                dev, pool = idx, self.event_pool
-            else:
-                dev = s[0]
-                pool = self._pool_of(dev)
+            dev, _, pool = self._where(s)
             while q:
                 ev, blk = q[0]
                 if not b.event_query(dev, EventHandle(ev)):
@@ -224,15 +219,10 @@ class StreamFrees:
         if self.deferred and not alloc._pools.captures:
             self.insert_deferred()
         b = alloc._b
-        idx = alloc._index
         try:
             for s in list(self.events):
                 q = self.events[s]
-                if isinstance(s, int):
-                    dev, pool = idx, self.event_pool
-                else:
-                    dev = s[0]
-                    pool = self._pool_of(dev)
+                dev, _, pool = self._where(s)
                 keep: collections.deque[tuple[int, Block]] = collections.deque()
                 try:
                     while q:
