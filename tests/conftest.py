@@ -198,6 +198,24 @@ def _restore_runtime_state(_leak_check: None) -> Iterator[None]:
 
 
 @pytest.fixture
+def staged() -> Iterator[None]:
+    """Receives into accelrt arrays land through a pinned staging block
+    (``ACCELRT_MPI_STAGE=1``): their work has a landing to run (``Work._finish``)."""
+    from accelrt.distributed._group import read_debug_level
+    before = os.environ.get("ACCELRT_MPI_STAGE")
+    os.environ["ACCELRT_MPI_STAGE"] = "1"
+    read_debug_level()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["ACCELRT_MPI_STAGE"]
+        else:
+            os.environ["ACCELRT_MPI_STAGE"] = before
+        read_debug_level()
+
+
+@pytest.fixture
 def one_rank_world() -> Iterator[None]:
     """A default group of one rank on the MPI engine (MPI's singleton world: no launcher),
     destroyed afterwards if the test left it; the test is skipped without mpi4py."""

@@ -303,24 +303,6 @@ def test_threads_posting_and_reaping_lose_no_work(one_rank_world: None,
     assert g._in_flight == []
 
 
-@pytest.fixture
-def staged() -> Iterator[None]:
-    """Receives into accelrt arrays land through a pinned staging block
-    (``ACCELRT_MPI_STAGE=1``): their work has a landing to run (``Work._finish``)."""
-    from accelrt.distributed._group import read_debug_level
-    before = os.environ.get("ACCELRT_MPI_STAGE")
-    os.environ["ACCELRT_MPI_STAGE"] = "1"
-    read_debug_level()
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["ACCELRT_MPI_STAGE"]
-        else:
-            os.environ["ACCELRT_MPI_STAGE"] = before
-        read_debug_level()
-
-
 def test_no_wait_returns_before_the_landing_ran(one_rank_world: None, staged: None) -> None:
     got = acc.zeros((3,), device="cpu")
     w = dist.irecv(got, 0, tag=35)

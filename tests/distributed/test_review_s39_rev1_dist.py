@@ -12,9 +12,7 @@
 from __future__ import annotations
 
 import importlib.util
-import os
 import threading
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -25,24 +23,6 @@ import accelrt.distributed as dist
 HAVE_MPI = importlib.util.find_spec("mpi4py") is not None
 pytestmark = pytest.mark.skipif(not HAVE_MPI, reason="mpi4py is not installed "
                                 "(pip install 'accelrt[mpi]')")
-
-
-@pytest.fixture
-def staged() -> Iterator[None]:
-    """Receives into accelrt arrays land through a pinned staging block
-    (``ACCELRT_MPI_STAGE=1``): their work has a landing to run (``Work._finish``)."""
-    from accelrt.distributed._group import read_debug_level
-    before = os.environ.get("ACCELRT_MPI_STAGE")
-    os.environ["ACCELRT_MPI_STAGE"] = "1"
-    read_debug_level()
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["ACCELRT_MPI_STAGE"]
-        else:
-            os.environ["ACCELRT_MPI_STAGE"] = before
-        read_debug_level()
 
 
 def _failing_receive(tag: int) -> dist.Work:
