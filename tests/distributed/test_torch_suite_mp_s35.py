@@ -19,13 +19,11 @@ or events with another process (no IPC handles), so these tests run on the cpu b
 
 from __future__ import annotations
 
-import ast
 import ctypes
 import gc
 import os
 import re
 import signal
-import subprocess
 import sys
 import threading
 from typing import Any
@@ -89,19 +87,8 @@ def _scenario(batch: str, name: str) -> None:
     interpreter with shared cpu memory and a hard timeout (under pytest-timeout's 120 s)."""
     if batch not in _results:
         env, names = _BATCHES[batch]
-        full = dict(os.environ, ACCELRT_CPU_SHARED_MEMORY="1", **env)
-        code = (f"import sys; sys.path[:0] = [{HERE!r}, {TESTS!r}]; import {MODULE} as m; "
-                f"m._batch_main({list(names)!r})")
-        try:
-            proc = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True,
-                                  text=True, timeout=100, check=False)
-            out, err = proc.stdout, proc.stderr[-3000:]
-        except subprocess.TimeoutExpired as exc:
-            out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else ""
-            err = "the batch timed out (a scenario hung)"
-        got = dict(line.split("\t", 1) for line in out.splitlines() if "\t" in line)
-        _results[batch] = {n: ast.literal_eval(got[n]) if n in got else f"did not run: {err}"
-                           for n in names}
+        from helpers.cpu_script import run_scenario_batch
+        _results[batch] = run_scenario_batch([HERE, TESTS], MODULE, list(names), env)
     result = _results[batch][name]
     if result.startswith("skip: "):
         pytest.skip(result[6:])
