@@ -789,8 +789,11 @@ class NcclBindings:
     """nccl4py's Cython bindings module, checked: each call must bind to the real function's
     signature and give its C integer parameters integers; answers are a device's."""
 
-    def __init__(self, real: Any, nranks: int, rank: int) -> None:
-        self.real, self.nranks, self.rank = real, nranks, rank
+    def __init__(self, real: Any, nranks: int, rank: int, drv: Driver) -> None:
+        self.real, self.nranks, self.rank, self.drv = real, nranks, rank, drv
+        #: the CUDA device the communicator being made must be on: NCCL makes it on the
+        #: device whose context is current in the calling thread (cudaGetDevice)
+        self.device = 0
         self.pending = 0
         self.error: Any = None   # the next comm_get_async_error's answer, when set
 
@@ -819,7 +822,14 @@ class NcclBindings:
 
     def _answer(self, name: str, args: dict[str, Any]) -> Any:
         r = self.real
-        if name in ("comm_init_rank_scalable", "comm_init_rank_config", "comm_split"):
+        if name in ("comm_init_rank_scalable", "comm_init_rank_config", "comm_init_rank"):
+            cur = self.drv.current
+            if cur != CTX + 0x100 * self.device:
+                LOG.problem(LOG.site(), f"NCCL {name} with context {cur:#x} current: the "
+                                        f"communicator of cuda:{self.device} would be made on "
+                                        "another GPU")
+        if name in ("comm_init_rank_scalable", "comm_init_rank_config", "comm_split",
+                    "comm_init_rank"):
             self.pending = 2   # a non-blocking communicator: in progress twice, then ready
             return r.Comm(0x5000)
         if name == "comm_get_async_error":
@@ -845,7 +855,7 @@ class NcclBindings:
         return None
 
 
-def nccl_steps(acc: Any) -> None:
+def nccl_steps(acc: Any, drv: Driver) -> None:
     """Every NcclEngine operation, through the real nccl4py down to its bindings module."""
     try:
         import nccl.core as core
@@ -858,7 +868,7 @@ def nccl_steps(acc: Any) -> None:
 
     from accelrt.distributed import _nccl
     from accelrt.distributed._engine import Buf, EngineContext, PremulSum, ReduceOp
-    fake = NcclBindings(communicator._nccl_bindings, 2, 0)
+    fake = NcclBindings(communicator._nccl_bindings, 2, 0, drv)
     mods = [m for n, m in sys.modules.items() if n.startswith("nccl.core")
             and hasattr(m, "_nccl_bindings")]
     for m in mods:
@@ -911,8 +921,12 @@ def nccl_steps(acc: Any) -> None:
         class _Mpi:   # rank 0 of an MPI world makes the unique id and broadcasts it
             def bcast(self, obj: Any, root: int = 0) -> Any:
                 return obj
-        ctx2 = EngineContext(0, 2, [0, 1], "cuda", 0, 5.0, _Mpi())
-        x("nccl create through MPI", lambda: _nccl.NcclEngine.create(ctx2))
+        # a rank bound to cuda:1 while this thread last used cuda:0 (and the other way)
+        for dev in (1, 0):
+            acc.cuda.synchronize(1 - dev)   # the other device's context is current
+            fake.device = dev
+            ctx2 = EngineContext(0, 2, [0, 1], "cuda", dev, 5.0, _Mpi())
+            x(f"nccl create through MPI on cuda:{dev}", lambda c=ctx2: _nccl.NcclEngine.create(c))
     finally:
         _nccl._core = real_core   # type: ignore[assignment]
 
@@ -961,7 +975,7 @@ def main(stub_dir: str) -> None:
     nvtx_steps()
     import accelrt as acc
     runtime_steps(acc, drv)
-    nccl_steps(acc)
+    nccl_steps(acc, drv)
     selftest(drv)
     print(json.dumps({"calls": LOG.calls, "problems": LOG.problems}))
 
