@@ -52,8 +52,12 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                    and callable(getattr(nvrtc, n)) and not isinstance(getattr(nvrtc, n), type))
     folder = tmp_path_factory.mktemp("cuda_stub")
     cuda_stub.build(folder, names)
+    # the accelrt this process imported (the source tree, or CI's installed copy, whose files
+    # are the tree's: the call sites' lines are the same)
+    import accelrt
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(SRC.parent), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]))
+        [str(Path(accelrt.__file__).resolve().parents[1]), str(ROOT / "tests"),
+         os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-m", "helpers.cuda_calls", str(folder)],
                           cwd=ROOT / "tests", env=env, capture_output=True, text=True,
                           timeout=120, check=False)

@@ -34,6 +34,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+#: the accelrt package under test (the source tree, or the installed copy CI tests): set by
+#: :func:`main` before any call
 SRC = Path(__file__).resolve().parents[2] / "src" / "accelrt"
 
 CTX = 0xC7000000          # device i's primary context: CTX + 0x100 * i
@@ -50,7 +52,8 @@ class Log:
 
     @staticmethod
     def site() -> tuple[str, int, str] | None:
-        """``(file under src/accelrt, line, function)`` of the innermost accelrt frame."""
+        """``(file under the accelrt package, line, function)`` of the innermost accelrt
+        frame."""
         f = sys._getframe(2)
         src = str(SRC)
         while f is not None:
@@ -934,7 +937,12 @@ def nccl_steps(acc: Any, drv: Driver) -> None:
 # ====================================================================== main
 
 def main(stub_dir: str) -> None:
+    global SRC
+    import importlib.util
     import os
+    spec = importlib.util.find_spec("accelrt")
+    assert spec is not None and spec.origin is not None
+    SRC = Path(spec.origin).resolve().parent
     from helpers import cuda_stub
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     os.environ["ACCELRT_ACCELERATOR"] = "cuda"
