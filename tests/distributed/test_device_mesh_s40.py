@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import accelrt as acc
 import accelrt.distributed as dist
@@ -156,6 +158,50 @@ def test_unflatten_of_a_flattened_dimension_that_sizes_cannot_cut() -> None:
     with pytest.raises(ValueError, match="does not divide") as info:
         L.split(xz, (3, 2))
     assert isinstance(info.value, AssertionError)
+
+
+@st.composite
+def _slices(draw: Any) -> tuple[tuple[int, ...], list[int], np.ndarray]:
+    """A mesh shape, the dimensions kept (in order), and the mesh's ranks (any order)."""
+    sizes = tuple(draw(st.lists(st.integers(1, 4), min_size=1, max_size=4)))
+    keep = sorted(draw(st.sets(st.integers(0, len(sizes) - 1))))
+    perm = draw(st.permutations(range(int(np.prod(sizes)))))
+    return sizes, keep, np.array(perm, dtype=np.int32)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_slices(), st.data())
+def test_layout_walks_are_numpy_transpositions(case: Any, data: Any) -> None:
+    """The dimensions a slice keeps, and the copies of them that tile the root mesh (one
+    group per copy), are numpy's view of the mesh with the other dimensions first, in order;
+    a flattened slice is that view reshaped, and cutting it again into sizes it can take
+    walks the same ranks in the same order."""
+    sizes, keep, ranks = case
+    grid = ranks.reshape(sizes)
+    layout = L.from_sizes(sizes)
+    kept = tuple(layout[k] for k in keep)
+    rest = [k for k in range(len(sizes)) if k not in keep]
+    expect = np.transpose(grid, rest + keep).reshape(-1, *[sizes[k] for k in keep])
+    assert L.remap(kept, ranks).tolist() == expect.tolist()
+    flat = L.collapse(kept)
+    assert L.orthogonal(flat) and L.descending(flat)
+    rows = L.remap((flat,), ranks)
+    assert rows.tolist() == expect.reshape(expect.shape[0], -1).tolist()
+    assert sorted(rows.ravel().tolist()) == sorted(ranks.tolist())   # a partition
+    assert L.split(flat, [sizes[k] for k in keep]) == kept            # back as it was
+    total = int(np.prod([sizes[k] for k in keep]))
+    cut = data.draw(st.sampled_from([d for d in range(1, total + 1) if total % d == 0]))
+    try:
+        parts = L.split(flat, (cut, total // cut))
+    except ValueError as exc:   # a size that falls across two kept dimensions
+        assert "does not divide" in str(exc) and len(keep) > 1
+    else:
+        assert L.remap(parts, ranks).tolist() == \
+            expect.reshape(expect.shape[0], cut, total // cut).tolist()
+    if len(keep) > 1:   # out of order: no longer descending
+        swapped = (kept[-1],) + kept[:-1]
+        if all(L.numel(a) > 1 for a in kept):
+            assert not L.descending(L.collapse(swapped))
 
 
 def test_mesh_is_a_copy_and_the_callers_array_is_not_kept(one_rank_world: None) -> None:
