@@ -758,9 +758,7 @@ class DeviceMesh:
         layout = self._layout[:k] + part + self._layout[k + 1:]
         root = self._get_root_mesh()
         groups = self._dim_group_names
-        if groups is not None:
-            # the groups first, on every rank (torch makes the mesh first, whose ``mesh``
-            # raises on a rank that no copy holds: the others then waited in new_group)
+        if groups is not None:   # (collective: every rank makes every line's group)
             made = _init_process_groups(part, root._rank_map, names[k:k + len(sizes)],
                                         overrides, root._preserve_rank_order)
             groups = groups[:k] + made + groups[k + 1:] if groups else []
