@@ -183,8 +183,10 @@ def unflatten_the_world_as_torchtitan() -> None:
     assert dense.shape == (1, A, B) and ranks(dense.get_group("fsdp")) == grid[i].tolist()
     inner = data["tp"]._unflatten(0, (B, 1), ("t1", "t2"))
     assert L(inner.mesh) == grid[i].reshape(B, 1).tolist()
-    raises(ValueError, "must be equal for unflatten", lambda: data._unflatten(0, (A, 2), ("p", "q")))
-    raises(ValueError, "specified in `_unflatten` is not in", lambda: data._unflatten("zz", (A,), ("p",)))
+    raises(ValueError, "must be equal for unflatten",
+           lambda: data._unflatten(0, (A, 2), ("p", "q")))
+    raises(ValueError, "specified in `_unflatten` is not in",
+           lambda: data._unflatten("zz", (A,), ("p",)))
     raises(ValueError, "is out of range 2", lambda: data._unflatten(2, (1,), ("p",)))
     raises(RuntimeError, "must have same length as mesh_sizes",
            lambda: data._unflatten(1, (B,), ("p", "q")))
@@ -232,7 +234,8 @@ def from_group_meshes() -> None:
                                 mesh_dim_names=("a", "b"))
     assert two.get_group("a") is m.get_group("dp") and L(two["b"].mesh) == grid[i].tolist()
     assert two.get_coordinate() == (i, j)
-    raises(ValueError, "Expects at least one ProcessGroup", lambda: DeviceMesh.from_group([], "cpu"))
+    raises(ValueError, "Expects at least one ProcessGroup",
+           lambda: DeviceMesh.from_group([], "cpu"))
     raises(ValueError, "Must pass mesh if", lambda: DeviceMesh.from_group([tp], "cpu"))
     raises(ValueError, "Must pass mesh_dim_names", lambda: DeviceMesh.from_group([tp], "cpu", [0]))
     raises(ValueError, "Expects mesh with ndim equal",
