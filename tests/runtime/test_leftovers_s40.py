@@ -5,6 +5,8 @@ the same inputs (or read in its sources where the path needs CUDA), written here
 
 from __future__ import annotations
 
+import importlib
+import subprocess
 import sys
 import types
 from typing import Any
@@ -99,3 +101,42 @@ def test_priority_of_a_wrapped_stream_is_read_the_same_way() -> None:
                        priority=np.array(1))  # type: ignore[arg-type]
     finally:
         s.close()
+
+
+# ------------------------------------------- 4. accelrt.<device module>.comm is importable
+
+
+@pytest.mark.parametrize("name", ["cpu", "cuda", "opencl"])
+def test_comm_of_every_device_module_is_importable(name: str) -> None:
+    # torch 2.15: `import torch.cuda.comm` and `from torch.cuda.comm import broadcast` work
+    # (torch.cuda.comm is torch.nn.parallel.comm's functions); accelrt.cuda.comm was an
+    # attribute only (ModuleNotFoundError: 'accelrt.cuda' is not a package) and accelrt.cpu
+    # and accelrt.opencl had none. A fresh interpreter: the import must find it by itself.
+    code = (f"import sys\n"
+            f"import accelrt.{name}.comm as c\n"
+            f"from accelrt.{name}.comm import broadcast, reduce_add\n"
+            f"import accelrt, accelrt.comm\n"
+            f"from accelrt.{name} import comm\n"
+            f"assert c is comm is accelrt.comm is accelrt.{name}.comm, c\n"
+            f"assert broadcast is accelrt.comm.broadcast and 'comm' in accelrt.{name}.__all__\n"
+            "bad = [m for m in ('pyopencl', 'cuda.bindings', 'pynvml', 'nvtx') "
+            "if m in sys.modules]\n"
+            "assert not bad, bad\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_every_submodule_attribute_of_a_device_module_is_importable() -> None:
+    # torch.cuda's submodules that accelrt's device modules have as attributes (listed from
+    # torch 2.15: amp, comm, gds, graph_annotations, graphs, green_contexts, jiterator,
+    # memory, nccl, nvtx, profiler, random, sparse, streams, tunable)
+    torch_cuda = ("amp", "comm", "gds", "graph_annotations", "graphs", "green_contexts",
+                  "jiterator", "memory", "nccl", "nvtx", "profiler", "random", "sparse",
+                  "streams", "tunable")
+    for name in ("cpu", "cuda", "opencl"):
+        mod = getattr(acc, name)
+        have = [n for n in torch_cuda if isinstance(getattr(mod, n, None), types.ModuleType)]
+        assert {"comm", "graphs", "memory", "nvtx", "profiler", "random", "streams"} <= set(have)
+        for n in have:
+            assert importlib.import_module(f"accelrt.{name}.{n}") is getattr(mod, n), (name, n)
