@@ -383,7 +383,9 @@ class MemoryFunctions(ModuleBase):
             >>> import accelrt as acc
             >>> acc.cpu.empty_cache()
         """
+        from .._stream_callback import refuse
         from ..memory._allocator import peek_allocator
+        refuse("empty_cache")   # (it waits for the streams: not from a host function)
         for i in range(self.device_count()):
             a = peek_allocator(self.name, i)
             if a is not None:
