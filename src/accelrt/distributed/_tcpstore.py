@@ -439,7 +439,7 @@ class _RemoteTable(_Table):
 
     def __init__(self, host: str, port: int, timeout: float, connect: bool = True) -> None:
         self.host, self.port, self.timeout = host, port, timeout
-        self._lock = threading.Lock()
+        self._lock = reinit_after_fork(threading.Lock())
         # None after a request went unanswered in time (guarded by _lock): its late reply
         # could be read as the answer to the next request, so the next one reconnects
         # (without ``connect``: the first request connects)
@@ -448,9 +448,9 @@ class _RemoteTable(_Table):
         _CLIENTS.add(self)
 
     def _after_fork(self) -> None:
-        """In a forked child: a lock of its own, and no connection (the parent's, which
-        another thread may have been using at the fork, stays the parent's)."""
-        self._lock = threading.Lock()
+        """In a forked child: no connection (the parent's, which another thread may have
+        been using at the fork, stays the parent's; the lock is free again:
+        ``reinit_after_fork``)."""
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
