@@ -247,6 +247,19 @@ def _bind_device(device_type: str, world_size: int) -> None:
     handle.set_device(get_rank() % count)
 
 
+def _world_size_for(n: int) -> int:
+    """The world's size (the default group made if there is none), checked to hold a mesh of
+    ``n`` ranks (torch's error)."""
+    if not is_initialized():
+        init_process_group()
+    size = get_world_size()
+    if n > size:
+        raise AcceleratorValueError(f"Mesh should not be bigger than default world size "
+                                    f"{size}, but found {n} ranks! (make the mesh's sizes "
+                                    "multiply to at most the world size)")
+    return size
+
+
 def _init_one_group(axis: L.Axis, rank_map: RankArray, dim_name: str,
                     override: BackendConfig, preserve_rank_order: bool) -> str | None:
     """The groups of one mesh dimension (collective over the world); the name of this rank's,
@@ -381,14 +394,7 @@ class DeviceMesh:
         self._coordinate_on_dim = self._compute_coordinate_on_dim()
 
     def _setup_world_group_and_device(self) -> None:
-        if not is_initialized():
-            init_process_group()
-        size = get_world_size()
-        n = L.numel(L.collapse(self._layout))
-        if n > size:
-            raise AcceleratorValueError(f"Mesh should not be bigger than default world size "
-                                        f"{size}, but found {n} ranks! (make the mesh's sizes "
-                                        "multiply to at most the world size)")
+        size = _world_size_for(L.numel(L.collapse(self._layout)))
         if int(self._rank_map.max()) >= size:
             raise ValueError(f"DeviceMesh: the mesh names rank {int(self._rank_map.max())}, "
                              f"which is not a rank of the world (its ranks are 0..{size - 1})")
@@ -904,6 +910,8 @@ def init_device_mesh(device_type: str, mesh_shape: Sequence[int], *,
     overrides = (None if backend_override is None else
                  _normalize_backend_override(backend_override, len(sizes), names))
     layout = L.from_sizes(sizes)
+    # before the ranks' array is made: a huge shape is torch's error, not gigabytes of ranks
+    _world_size_for(L.numel(L.collapse(layout)))
     return DeviceMesh(device_type, _layout=layout,
                       _rank_map=np.arange(L.numel(L.collapse(layout)), dtype=np.int32),
                       mesh_dim_names=names, backend_override=overrides)
