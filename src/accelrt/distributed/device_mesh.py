@@ -420,7 +420,8 @@ class DeviceMesh:
                 words).
         """
         full = L.remap(self._layout, self._rank_map)
-        rows = [0] if full.shape[0] == 1 else [int(r[0]) for r in np.argwhere(full == self._rank)]
+        # (this process's rank now, as torch's: a mesh pickled on another rank is sliced here)
+        rows = [0] if full.shape[0] == 1 else [int(r[0]) for r in np.argwhere(full == get_rank())]
         if rows:
             mine: RankArray = full[rows[0]]
             return mine
@@ -631,20 +632,20 @@ class DeviceMesh:
             root._flatten_mapping[name]._groups()[0] for name in names]
         sub = DeviceMesh(self._device_type, _layout=layout, _rank_map=root._rank_map,
                          mesh_dim_names=names, _root_mesh=root, _init_backend=False,
-                         preserve_rank_order=root._preserve_rank_order, _rank=self._rank)
+                         preserve_rank_order=root._preserve_rank_order)
         sub._dim_group_names = picked
         return sub
 
     def _get_all_submeshes(self, mesh_dim_name: str) -> list[DeviceMesh]:
         """Every 1-D mesh along dimension ``mesh_dim_name`` (this rank's with its group)."""
         dim = self._get_mesh_dim_by_name(mesh_dim_name)
-        out = []
+        me, out = get_rank(), []
         for row in L.remap((self._layout[dim],), self._rank_map):
             sub = DeviceMesh(self._device_type, row, mesh_dim_names=(mesh_dim_name,),
                              _init_backend=False, preserve_rank_order=self._preserve_rank_order)
             if self._dim_group_names is not None:
                 sub._dim_group_names = ([self._dim_group_names[dim]]
-                                        if self._dim_group_names and self._rank in row else [])
+                                        if self._dim_group_names and me in row else [])
             out.append(sub)
         return out
 
@@ -770,7 +771,7 @@ class DeviceMesh:
             groups = groups[:k] + made + groups[k + 1:] if groups else []
         res = DeviceMesh(self._device_type, _layout=layout, _rank_map=root._rank_map,
                          mesh_dim_names=names, _root_mesh=root, _init_backend=False,
-                         preserve_rank_order=root._preserve_rank_order, _rank=self._rank)
+                         preserve_rank_order=root._preserve_rank_order)
         res._dim_group_names = groups
         return res
 
