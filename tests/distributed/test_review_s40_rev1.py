@@ -6,12 +6,18 @@ before the error)."""
 from __future__ import annotations
 
 import math
+import os
 import pickle
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 import accelrt.distributed as dist
 from accelrt.distributed.device_mesh import init_device_mesh
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 @pytest.mark.parametrize("shape", [(2**40,), (2**21, 2**21), (2**31,)],
@@ -44,3 +50,33 @@ def test_slicing_a_mesh_needs_the_default_group(one_rank_world: None) -> None:
     for call in (lambda: u["a"], lambda: u._unflatten("a", (1, 1), ("x", "y"))):
         with pytest.raises(ValueError, match="Default process group has not been initialized"):
             call()
+
+
+_HASHED = """
+import pickle, sys
+import accelrt.distributed as dist
+from accelrt.distributed.device_mesh import init_device_mesh
+dist.init_process_group("cpu:mpi")
+m = init_device_mesh("cpu", (1,), mesh_dim_names=("dp",))
+if sys.argv[1] == "dump":
+    hash(m)
+    sys.stdout.buffer.write(pickle.dumps(m))
+else:
+    u = pickle.loads(sys.stdin.buffer.read())
+    print(u == m, hash(u) == hash(m), len({u: 1, m: 2}))
+dist.destroy_process_group()
+"""
+
+
+def test_an_unpickled_mesh_hashes_as_its_equal_copy() -> None:
+    # a mesh hashed (its hash cached), pickled, and loaded in a process whose str hashes
+    # differ: equal to that process's copy, it hashed differently, so a dict keyed by meshes
+    # held both (torch 2.15's pickles its cached hash too: the same)
+    pytest.importorskip("mpi4py")
+    env = dict(os.environ, PYTHONPATH=SRC)
+    dump = subprocess.run([sys.executable, "-c", _HASHED, "dump"], capture_output=True,
+                          env=dict(env, PYTHONHASHSEED="1"), timeout=60, check=True)
+    load = subprocess.run([sys.executable, "-c", _HASHED, "load"], input=dump.stdout,
+                          capture_output=True, env=dict(env, PYTHONHASHSEED="2"), timeout=60)
+    assert load.returncode == 0, load.stderr[-2000:]
+    assert load.stdout.decode().split() == ["True", "True", "1"]

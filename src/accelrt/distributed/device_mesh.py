@@ -858,6 +858,13 @@ class DeviceMesh:
             text += f", Mesh: {self.mesh.tolist()}"
         return text + ")"
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the cached hash stays behind: a str's hash differs between processes, so an
+        # unpickled mesh would be equal to its copy there and hash differently (torch's does)
+        state = self.__dict__.copy()
+        state["_hash"] = None
+        return state
+
     def _hash_key(self) -> tuple[Any, ...]:
         return (self._flatten_rank_map, self._layout, self._device_type,
                 self._mesh_dim_names, self._preserve_rank_order)
