@@ -80,3 +80,16 @@ def test_an_unpickled_mesh_hashes_as_its_equal_copy() -> None:
                           capture_output=True, env=dict(env, PYTHONHASHSEED="2"), timeout=60)
     assert load.returncode == 0, load.stderr[-2000:]
     assert load.stdout.decode().split() == ["True", "True", "1"]
+
+
+@pytest.mark.parametrize("shape, names", [((1,), ("w",)), ((1, 1), ("a", "b"))],
+                         ids=["1-D", "2-D"])
+def test_unflatten_needs_the_new_names(one_rank_world: None, shape: tuple,
+                                       names: tuple) -> None:
+    # torch 2.15: TypeError (len(None)). accelrt made a 1-D mesh's cut without any names and
+    # failed inside for a 2-D one (IndexError while naming the new groups)
+    m = init_device_mesh("cpu", shape, mesh_dim_names=names)
+    before = dist.get_pg_count()
+    with pytest.raises(TypeError, match="mesh_dim_names must be a tuple of str, one per size"):
+        m._unflatten(0, (1, 1), None)  # type: ignore[arg-type]
+    assert dist.get_pg_count() == before   # no group was made

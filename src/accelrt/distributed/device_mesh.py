@@ -711,8 +711,9 @@ class DeviceMesh:
         dimensions keep their groups.
 
         Raises:
-            ValueError: ``dim`` is out of range or no dimension's name; the sizes do not
-                multiply to that dimension's size, or cannot cut it.
+            ValueError: ``dim`` is out of range (negative included) or no dimension's name;
+                the sizes do not multiply to that dimension's size, or cannot cut it.
+            TypeError: ``mesh_dim_names`` is None, or the mesh has no names.
             RuntimeError: the names are not one per size, or repeat a name of the mesh.
 
         Example::
@@ -740,6 +741,9 @@ class DeviceMesh:
         else:
             k = int(dim)
         sizes = _check_sizes(mesh_sizes, "_unflatten()")
+        if mesh_dim_names is None:   # torch 2.15: a TypeError too (len(None))
+            raise TypeError("_unflatten(): mesh_dim_names must be a tuple of str, one per size "
+                            f"of mesh_sizes={sizes}, got None (name the new dimensions)")
         if isinstance(mesh_dim_names, Sequence) and not isinstance(mesh_dim_names, str) \
                 and len(mesh_dim_names) != len(sizes):
             raise AcceleratorValueError("mesh_dim_names must have same length as mesh_sizes in "
