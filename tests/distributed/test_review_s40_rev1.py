@@ -93,3 +93,17 @@ def test_unflatten_needs_the_new_names(one_rank_world: None, shape: tuple,
     with pytest.raises(TypeError, match="mesh_dim_names must be a tuple of str, one per size"):
         m._unflatten(0, (1, 1), None)  # type: ignore[arg-type]
     assert dist.get_pg_count() == before   # no group was made
+
+
+def test_a_bad_device_type_makes_no_default_group() -> None:
+    # the shape's check against the world (above) inits the default group: the device type
+    # is checked before it, as DeviceMesh checks it before its groups
+    pytest.importorskip("mpi4py")
+    assert not dist.is_initialized()
+    try:
+        with pytest.raises(RuntimeError, match="Device type with index"):
+            init_device_mesh("cpu:0", (1,))
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

@@ -923,6 +923,8 @@ def init_device_mesh(device_type: str, mesh_shape: Sequence[int], *,
                  _normalize_backend_override(backend_override, len(sizes), names))
     layout = L.from_sizes(sizes)
     # before the ranks' array is made: a huge shape is torch's error, not gigabytes of ranks
+    # (the device type first: a bad one makes no default group)
+    _check_device_type(device_type)
     _world_size_for(L.numel(L.collapse(layout)))
     return DeviceMesh(device_type, _layout=layout,
                       _rank_map=np.arange(L.numel(L.collapse(layout)), dtype=np.int32),
