@@ -38,8 +38,8 @@ CHILD = textwrap.dedent("""
 
     def hook(lk):
         name = threading.current_thread().name
+        calls[name] = calls.get(name, 0) + 1
         if name.startswith("raise"):
-            calls[name] = calls.get(name, 0) + 1
             if calls[name] % 2 == 1:   # every other question: give up waiting
                 raised[0] += 1
                 raise LookupError("the hook refuses")
@@ -67,8 +67,16 @@ CHILD = textwrap.dedent("""
     names = ([f"poll{k}" for k in range(N_POLL)] + [f"sleep{k}" for k in range(N_SLEEP)]
              + [f"raise{k}" for k in range(2)])
     threads = [threading.Thread(target=work, name=n) for n in names]
+    lock.acquire()          # every thread first finds it held: each asks the hook (a gate)
     for t in threads:
         t.start()
+    gate = threading.Event()
+    for _ in range(60000):
+        if len(calls) == len(names) and all(calls[n] >= 2 for n in names if n[0] == "r"):
+            break
+        gate.wait(0.001)
+    assert len(calls) == len(names), sorted(calls)
+    lock.release()
     for t in threads:
         t.join()
     assert not bad, bad
