@@ -247,6 +247,19 @@ def _bind_device(device_type: str, world_size: int) -> None:
     handle.set_device(get_rank() % count)
 
 
+def _world_size_for(n: int) -> int:
+    """The world's size (the default group made if there is none), checked to hold a mesh of
+    ``n`` ranks (torch's error)."""
+    if not is_initialized():
+        init_process_group()
+    size = get_world_size()
+    if n > size:
+        raise AcceleratorValueError(f"Mesh should not be bigger than default world size "
+                                    f"{size}, but found {n} ranks! (make the mesh's sizes "
+                                    "multiply to at most the world size)")
+    return size
+
+
 def _init_one_group(axis: L.Axis, rank_map: RankArray, dim_name: str,
                     override: BackendConfig, preserve_rank_order: bool) -> str | None:
     """The groups of one mesh dimension (collective over the world); the name of this rank's,
@@ -381,14 +394,7 @@ class DeviceMesh:
         self._coordinate_on_dim = self._compute_coordinate_on_dim()
 
     def _setup_world_group_and_device(self) -> None:
-        if not is_initialized():
-            init_process_group()
-        size = get_world_size()
-        n = L.numel(L.collapse(self._layout))
-        if n > size:
-            raise AcceleratorValueError(f"Mesh should not be bigger than default world size "
-                                        f"{size}, but found {n} ranks! (make the mesh's sizes "
-                                        "multiply to at most the world size)")
+        size = _world_size_for(L.numel(L.collapse(self._layout)))
         if int(self._rank_map.max()) >= size:
             raise ValueError(f"DeviceMesh: the mesh names rank {int(self._rank_map.max())}, "
                              f"which is not a rank of the world (its ranks are 0..{size - 1})")
@@ -414,7 +420,8 @@ class DeviceMesh:
                 words).
         """
         full = L.remap(self._layout, self._rank_map)
-        rows = [0] if full.shape[0] == 1 else [int(r[0]) for r in np.argwhere(full == self._rank)]
+        # (this process's rank now, as torch's: a mesh pickled on another rank is sliced here)
+        rows = [0] if full.shape[0] == 1 else [int(r[0]) for r in np.argwhere(full == get_rank())]
         if rows:
             mine: RankArray = full[rows[0]]
             return mine
@@ -625,20 +632,20 @@ class DeviceMesh:
             root._flatten_mapping[name]._groups()[0] for name in names]
         sub = DeviceMesh(self._device_type, _layout=layout, _rank_map=root._rank_map,
                          mesh_dim_names=names, _root_mesh=root, _init_backend=False,
-                         preserve_rank_order=root._preserve_rank_order, _rank=self._rank)
+                         preserve_rank_order=root._preserve_rank_order)
         sub._dim_group_names = picked
         return sub
 
     def _get_all_submeshes(self, mesh_dim_name: str) -> list[DeviceMesh]:
         """Every 1-D mesh along dimension ``mesh_dim_name`` (this rank's with its group)."""
         dim = self._get_mesh_dim_by_name(mesh_dim_name)
-        out = []
+        me, out = get_rank(), []
         for row in L.remap((self._layout[dim],), self._rank_map):
             sub = DeviceMesh(self._device_type, row, mesh_dim_names=(mesh_dim_name,),
                              _init_backend=False, preserve_rank_order=self._preserve_rank_order)
             if self._dim_group_names is not None:
                 sub._dim_group_names = ([self._dim_group_names[dim]]
-                                        if self._dim_group_names and self._rank in row else [])
+                                        if self._dim_group_names and me in row else [])
             out.append(sub)
         return out
 
@@ -704,8 +711,9 @@ class DeviceMesh:
         dimensions keep their groups.
 
         Raises:
-            ValueError: ``dim`` is out of range or no dimension's name; the sizes do not
-                multiply to that dimension's size, or cannot cut it.
+            ValueError: ``dim`` is out of range (negative included) or no dimension's name;
+                the sizes do not multiply to that dimension's size, or cannot cut it.
+            TypeError: ``mesh_dim_names`` is None, or the mesh has no names.
             RuntimeError: the names are not one per size, or repeat a name of the mesh.
 
         Example::
@@ -733,6 +741,9 @@ class DeviceMesh:
         else:
             k = int(dim)
         sizes = _check_sizes(mesh_sizes, "_unflatten()")
+        if mesh_dim_names is None:   # torch 2.15: a TypeError too (len(None))
+            raise TypeError("_unflatten(): mesh_dim_names must be a tuple of str, one per size "
+                            f"of mesh_sizes={sizes}, got None (name the new dimensions)")
         if isinstance(mesh_dim_names, Sequence) and not isinstance(mesh_dim_names, str) \
                 and len(mesh_dim_names) != len(sizes):
             raise AcceleratorValueError("mesh_dim_names must have same length as mesh_sizes in "
@@ -764,7 +775,7 @@ class DeviceMesh:
             groups = groups[:k] + made + groups[k + 1:] if groups else []
         res = DeviceMesh(self._device_type, _layout=layout, _rank_map=root._rank_map,
                          mesh_dim_names=names, _root_mesh=root, _init_backend=False,
-                         preserve_rank_order=root._preserve_rank_order, _rank=self._rank)
+                         preserve_rank_order=root._preserve_rank_order)
         res._dim_group_names = groups
         return res
 
@@ -851,6 +862,13 @@ class DeviceMesh:
             text += f", Mesh: {self.mesh.tolist()}"
         return text + ")"
 
+    def __getstate__(self) -> dict[str, Any]:
+        # the cached hash stays behind: a str's hash differs between processes, so an
+        # unpickled mesh would be equal to its copy there and hash differently (torch's does)
+        state = self.__dict__.copy()
+        state["_hash"] = None
+        return state
+
     def _hash_key(self) -> tuple[Any, ...]:
         return (self._flatten_rank_map, self._layout, self._device_type,
                 self._mesh_dim_names, self._preserve_rank_order)
@@ -904,6 +922,10 @@ def init_device_mesh(device_type: str, mesh_shape: Sequence[int], *,
     overrides = (None if backend_override is None else
                  _normalize_backend_override(backend_override, len(sizes), names))
     layout = L.from_sizes(sizes)
+    # before the ranks' array is made: a huge shape is torch's error, not gigabytes of ranks
+    # (the device type first: a bad one makes no default group)
+    _check_device_type(device_type)
+    _world_size_for(L.numel(L.collapse(layout)))
     return DeviceMesh(device_type, _layout=layout,
                       _rank_map=np.arange(L.numel(L.collapse(layout)), dtype=np.int32),
                       mesh_dim_names=names, backend_override=overrides)
