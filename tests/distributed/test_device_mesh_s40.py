@@ -35,10 +35,8 @@ HERE = Path(__file__).parent
 
 
 def _launcher():
-    from test_distributed import MPIEXEC, _check_cases, launch
-    if not HAVE_MPI or MPIEXEC is None:
-        pytest.skip("needs mpi4py and mpiexec (pip install 'accelrt[mpi]')")
-    return _check_cases, launch
+    from test_distributed import mpi_launcher
+    return mpi_launcher()
 
 
 @pytest.mark.parametrize("n, mode", [(1, "plain"), (2, "plain"), (4, "plain"), (4, "bound")],

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,6 +33,14 @@ def _mpiexec() -> str | None:
 
 
 MPIEXEC = _mpiexec()
+
+
+def mpi_launcher() -> tuple[Any, Any]:
+    """``(_check_cases, launch)`` for another test module's rank scripts; skips the calling
+    test where mpi4py or mpiexec is missing (that module runs its other tests without them)."""
+    if importlib.util.find_spec("mpi4py") is None or MPIEXEC is None:
+        pytest.skip("needs mpi4py and mpiexec (pip install 'accelrt[mpi]')")
+    return _check_cases, launch
 pytestmark = [
     pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None,
                        reason="mpi4py is not installed (pip install 'accelrt[mpi]')"),
