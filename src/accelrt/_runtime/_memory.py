@@ -383,11 +383,9 @@ class MemoryFunctions(ModuleBase):
             >>> import accelrt as acc
             >>> acc.cpu.empty_cache()
         """
-        from ..memory._allocator import peek_allocator
-        for i in range(self.device_count()):
-            a = peek_allocator(self.name, i)
-            if a is not None:
-                a.empty_cache()
+        from ..memory._registry import empty_backend_cache
+        if self.device_count():     # (0, never an error, where the backend cannot be used)
+            empty_backend_cache(self._b())
 
     def set_per_process_memory_fraction(self, fraction: float,
                                         device: DeviceLike = None) -> None:
