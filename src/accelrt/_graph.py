@@ -290,7 +290,7 @@ class Graph:
                     and s != b.default_stream(index)
                     and b.stream_is_capturing(index, StreamHandle(s)))
 
-        a.begin_allocate_to_pool(pid, stream_filter)
+        a.begin_allocate_to_pool(pid, stream_filter, capture=True)
         try:
             if capture_error_mode != "default" and b.capabilities(index).graph_capture_modes:
                 b.graph_capture_begin_mode(index, stream, capture_error_mode)

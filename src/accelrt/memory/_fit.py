@@ -128,7 +128,7 @@ def alloc_slow(a: DeviceCachingAllocator, pool: BlockPool, stream: int, rounded:
         blk = alloc_block(a, pool, stream, rounded, alloc_size, False, frames)
         if blk is not None:
             return blk
-    if not a._pools.captures:
+    if not a._pools.capturing:   # (PyTorch 2.15: a use_mem_pool routing releases too)
         a._oom.check_retry_sync()   # sync debug mode: the release below waits for events
         release_cached_blocks(a, DEFAULT_POOL)
         blk = alloc_block(a, pool, stream, rounded, alloc_size, True, frames)
