@@ -962,3 +962,30 @@ def test_an_out_of_memory_inside_use_mem_pool_releases_the_cache(two_devices: st
     x.close()
     del pool
     memory.set_per_process_memory_fraction(1.0, d0)
+
+
+def test_a_use_on_oom_pool_lends_before_the_cache_is_released(two_devices: str) -> None:
+    """torch 2.15's ``malloc`` tries the ``use_on_oom`` pools (``try_mempool_fallback``)
+    right after the new segment failed, before releasing cached memory and retrying: the
+    default pool's cache stays. accelrt looked there last, after emptying the cache, so the
+    request got a new segment instead of the pool's cached block."""
+    d0 = f"{two_devices}:0"
+    total = memory.get_memory_info(d0)[1]
+    side = acc.Stream(d0)
+    with side:               # the default pool: 20 MiB cached for another stream
+        acc.empty(3 * MiB, dtype="uint8", device=d0).close()
+    pool = memory.MemPool(use_on_oom=True)
+    with memory.use_mem_pool(pool, d0):
+        lent = acc.empty(12 * MiB, dtype="uint8", device=d0)  # the pool: 12 MiB cached
+        lent_ptr = lent.data_ptr()
+        lent.close()
+    memory.set_per_process_memory_fraction(40 * MiB / total, d0)   # 32 MiB + 12 MiB > 40
+    x = acc.empty(12 * MiB, dtype="uint8", device=d0)
+    assert x.data_ptr() == lent_ptr
+    stats = memory.memory_stats(d0)
+    assert (stats["num_alloc_retries"], stats["num_sync_all_streams"]) == (0, 0)
+    assert memory.memory_reserved(d0) == 32 * MiB
+    x.close()
+    del pool
+    memory.set_per_process_memory_fraction(1.0, d0)
+    side.close()
