@@ -28,8 +28,9 @@ from setuptools.command.build_ext import build_ext
 #: stay pure Python: a compiled function refuses a wrong argument type with mypyc's message
 #: before accelrt's check runs (docs/memory.md). Modules that
 #: inspect frames (``_history``) or are off the hot path stay pure Python, and so does
-#: ``_lock``: its acquire and release already are C methods of ``queue.SimpleQueue``, and its
-#: locks must stay weak-referenceable (``accelrt._fork``), which mypyc's classes are not.
+#: ``_lock``: its uncontended acquire and release already are C methods of
+#: ``queue.SimpleQueue``, and its locks must stay weak-referenceable (``accelrt._fork``), which
+#: mypyc's classes are not.
 COMPILED = [
     "src/accelrt/_checked.py",                   # the seam's result checks (event lifetimes)
     "src/accelrt/_device_core.py",               # device_index's fields, with enter/exit

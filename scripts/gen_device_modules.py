@@ -102,9 +102,10 @@ CUDA-only extras, with
 (:func:`utilization`, :func:`temperature`, :func:`power_draw`, :func:`clock_rate`,
 :func:`memory_usage`, :func:`list_gpu_processes`), :func:`get_device_name`,
 :func:`get_device_capability` (a ``(major, minor)`` tuple, as in ``torch.cuda``),
-:class:`ExternalStream`, ``__cuda_stream__`` interop (:func:`stream_handle`,
-:func:`as_stream`), and :mod:`comm` (the same module as :mod:`accelrt.comm`, as
-``torch.cuda.comm`` mirrors ``torch.nn.parallel.comm``).
+:class:`ExternalStream` and ``__cuda_stream__`` interop (:func:`stream_handle`,
+:func:`as_stream`). As every device module, it has :mod:`comm` (the same module as
+:mod:`accelrt.comm`, as ``torch.cuda.comm`` mirrors ``torch.nn.parallel.comm``; ``import
+accelrt.cuda.comm`` works as ``import torch.cuda.comm`` does).
 
 Importing this module imports no NVIDIA package. Where CUDA cannot be used, PyTorch's rules
 hold: ``is_available()`` is False, statistics are ``0``/``{}``, seeding is ignored, and the
@@ -166,11 +167,10 @@ SPECS = {
     "cuda": Spec(
         name="cuda", doc=CUDA_DOC, module_class=CudaModule, module_class_from="_cuda",
         graph_class="CUDAGraph",
-        imports=("from . import comm as comm  # accelrt.cuda.comm, as torch.cuda.comm",
-                 "from ._runtime._cuda import as_stream as as_stream",
+        imports=("from ._runtime._cuda import as_stream as as_stream",
                  "from ._runtime._cuda import get_device_capability as get_device_capability",
                  "from ._runtime._cuda import stream_handle as stream_handle"),
-        own=("as_stream", "get_device_capability", "stream_handle"), extra_all=("comm",),
+        own=("as_stream", "get_device_capability", "stream_handle"),
         class_docs={"ExternalStream": CUDA_EXTERNAL_STREAM}),
     "opencl": Spec(name="opencl", doc=OPENCL_DOC),
 }
@@ -227,13 +227,14 @@ def render_stub() -> str:
     ``import *`` declares them)."""
     shared = [n for n in functions(_module.DeviceModule) if n not in typed_by_module()]
     names = sorted({*shared, *_registry.SHARED, *_registry.SUBMODULES, *_registry.LIVE,
-                    *_registry.PRIVATE, "export_dot"})
+                    *_registry.PRIVATE, "comm", "export_dot"})
     return "\n".join([
         HEADER + '"""The types of the device modules\' functions that '
         "name none of the module's classes,",
         "declared once (``accelrt/cpu.py`` etc. import this stub for type checkers only and",
         'bind the same names at run time with ``_register``)."""', "",
-        "from .. import _graph", "from .._errors import AcceleratorError as AcceleratorError",
+        "from .. import _graph", "from .. import comm as comm   # accelrt.comm (torch.cuda.comm)",
+        "from .._errors import AcceleratorError as AcceleratorError",
         "from ..backends.cuda import _nvtx as nvtx   # one module for all (typed as a module)",
         "from .._errors import OutOfMemoryError as OutOfMemoryError",
         "from ..memory import MemPool as MemPool",

@@ -81,8 +81,12 @@ PIP_NAMES = {"nvtx": "nvtx", "nccl": "nccl4py", "websocket": "websocket-client",
 #: suite's, so that the suite's mypy tests keep skipping as they do without the build
 BUILD_PACKAGES = ("mypy", "librt", "ast-serialize", "pathspec")
 
+#: the GPU tests of the CUDA paths changed since the last GPU run, and the check of every call
+#: site against the real packages (its NCCL part needs nccl4py): the ``changed`` phase
+CHANGED_TESTS = ["tests/backends/test_cuda_gpu_s40.py", "tests/backends/test_cuda_calls_s40.py"]
+
 SUITE = {   # the whole suite in four pytest runs; the dedicated phases' tests are left out
-    "suite-backends": ["tests/backends"],
+    "suite-backends": ["tests/backends", *(f"--ignore={t}" for t in CHANGED_TESTS)],
     "suite-runtime": ["tests/runtime"],
     "suite-memory": ["tests/memory"],
     "suite-rest": ["tests/distributed", "tests/package", "tests/tools",
@@ -677,6 +681,9 @@ class Runner:
                                  ["tests/backends/test_conformance.py",
                                   "tests/runtime/test_graph_torch214.py", "-k", "cuda"])
 
+    def changed(self, budget: float) -> dict[str, Any]:
+        return self.pytest_phase("changed", budget, CHANGED_TESTS)
+
     def cuda_ipc(self, budget: float) -> dict[str, Any]:
         return self.pytest_phase("cuda-ipc", budget,
                                  ["tests/distributed/test_multiprocessing_cuda.py"])
@@ -881,6 +888,11 @@ def phases() -> list[Phase]:
         Phase("conformance", 60, 20, "the backend contract (v2) on cuda", Runner.conformance,
               f"{pt} tests/backends/test_conformance.py tests/runtime/test_graph_torch214.py "
               "-k cuda"),
+        Phase("changed", 45, 15, "the CUDA paths changed since the last GPU run (s40: a use "
+              "on a destroyed or another device's stream, external events in a graph, the "
+              "out-of-memory observer, the profiler, NCCL on cuda:1) and every driver/NVRTC/"
+              "NVML/NVTX/NCCL call site against the real packages", Runner.changed,
+              f"{pt} " + shlex.join(CHANGED_TESTS)),
         Phase("cuda-ipc", 60, 20, "CUDA IPC between two processes on one GPU", Runner.cuda_ipc,
               f"{pt} tests/distributed/test_multiprocessing_cuda.py"),
         Phase("nccl", 150, 20, "one-rank NCCL communicator (MPI, env:// and tcp:// store rendezvous), cuda "
@@ -1029,11 +1041,11 @@ def format_summary(summary: dict[str, Any], bench: dict[str, Any], out: Path) ->
         took = (f"{r['duration_s']:.0f}" if "duration_s" in r else "-") + \
             f"/{r.get('budget_s', 0):.0f}"
         lines.append(f"{r['name']:16} {r['status']:8} {counts[0]:>7} {counts[1]:>7} "
-                     f"{counts[2]:>7} {counts[3]:>7} {took:>14}  {str(r.get('note', ''))[:80]}")
+                     f"{counts[2]:>7} {counts[3]:>7} {took:>14}  {str(r.get('note', ''))[:70]}")
     failures = [(r["name"], f) for r in summary["phases"] for f in r.get("failures", [])]
     if failures:
         lines.append(f"failures ({len(failures)}; all in results.jsonl / junit.xml):")
-        lines += [f"  {name}: {f[:150]}" for name, f in failures[:12]]
+        lines += [f"  {name}: {f[:140]}" for name, f in failures[:12]]
     unfinished = [(r["name"], n) for r in summary["phases"] for n in r.get("unfinished", [])]
     if unfinished:
         lines.append("started but never finished (hung or killed):")

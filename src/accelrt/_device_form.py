@@ -2,7 +2,8 @@
 :class:`accelrt.device` call other than the one-argument form, bound and checked as torch
 2.15's parser binds them. ``device(type=...)`` (a keyword) or two arguments take a type
 string without an index; ``device(device=...)`` is the one-argument form by keyword. Also
-:func:`_parser_form`, how torch's parser reads a numpy integer or bytes as a device.
+:func:`_parser_form`, how torch's parser reads a numpy integer or bytes as a device, and
+:func:`_int64_arg`, how it reads an ``int64_t`` argument (``torch.Stream``'s ``priority``).
 (:mod:`accelrt._device` imports this module once ``_parse`` is defined.)
 
 Example::
@@ -16,12 +17,17 @@ from __future__ import annotations
 
 from typing import Any
 
+import sys
+
 import numpy as np
 
 from . import _device as _dev
 from ._errors import AcceleratorValueError, shown, type_shown
 
-__all__ = ["_index_in_type", "_parser_form", "_resolve", "_type_and_index"]
+__all__ = ["_index_in_type", "_int64_arg", "_parser_form", "_resolve", "_type_and_index"]
+
+#: torch's integral dtypes without bool (``at::isIntegralType(t, /*includeBool=*/false)``)
+_TORCH_INT_DTYPES = ("uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64")
 
 _KEYWORDS = {"type", "index", "device"}
 
@@ -159,3 +165,53 @@ def _parser_form(dev: Any) -> Any:
     if isinstance(dev, bytes):
         return dev.decode("utf-8")
     return dev
+
+
+def _int64_arg(value: object, what: str) -> int:
+    """``value`` as PyTorch's C++ argument parser reads an ``int64_t`` parameter (torch 2.15's
+    ``torch.Stream(priority=...)``): an int (a subclass by its value), a numpy integer scalar,
+    or a 0-d tensor of an integer dtype (a ``torch.Tensor`` without grad, or an
+    :class:`accelrt.Array`, which stands for one); never a bool (numpy's included), a float,
+    a numpy array (a 0-d one included) or another object with ``__index__`` (that rule,
+    ``_device._index_arg``, is the one of torch's ``SymInt`` parameters, such as
+    ``randint``'s bounds; ``torch.cuda.Stream``'s C constructor reads its priority with
+    ``PyArg_ParseTuple``'s ``"i"``, which takes any ``__index__``: docs/differences.md).
+
+    Raises:
+        TypeError: anything else, ``"<what> must be an int, got <type>"``.
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt._device_form import _int64_arg
+        >>> _int64_arg(np.int32(-1), "priority")
+        -1
+        >>> _int64_arg(np.array(-1), "priority")
+        Traceback (most recent call last):
+        ...
+        TypeError: priority must be an int, got numpy.ndarray
+    """
+    if isinstance(value, int):
+        if not isinstance(value, bool):
+            return int.__index__(value)       # (a subclass by its value, as torch's C++)
+    elif isinstance(value, np.integer):
+        return int(value)
+    elif _int_scalar_tensor(value):
+        return int(value.__index__())  # type: ignore[attr-defined]
+    raise TypeError(f"{what} must be an int, got {type_shown(value)}")
+
+
+def _int_scalar_tensor(value: object) -> bool:
+    """Whether ``value`` is a tensor torch's parser takes for an ``int64_t``: 0-d, of an
+    integer dtype other than bool, without grad (``torch.Tensor``; :class:`accelrt.Array`,
+    which has no grad)."""
+    from ._array import Array   # (imported late: _array imports this module's importers)
+    if isinstance(value, Array):
+        return value.ndim == 0 and value.dtype.kind in "iu"
+    torch = sys.modules.get("torch")
+    tensor = getattr(torch, "Tensor", None)
+    if tensor is None or not isinstance(value, tensor):
+        return False
+    dtype = getattr(value, "dtype", None)
+    return (value.dim() == 0 and not value.requires_grad
+            and any(dtype is getattr(torch, n, None) for n in _TORCH_INT_DTYPES))

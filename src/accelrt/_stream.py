@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 from . import _backend_registry, _checked
 from . import _device as _dev
 from . import _sync_debug as _sd
-from ._device import (_get_device, _get_device_of, _index_arg, _lazy_init, _plain_int,
+from ._device import (_get_device, _get_device_of, _lazy_init, _plain_int,
                       _require_current, _tls)
+from ._device_form import _int64_arg
 from ._errors import AcceleratorError, shown, type_shown
 from ._fork import reinit_after_fork
 from ._handles import StreamHandle
@@ -374,7 +375,7 @@ class Stream(_StreamCore):
         if priority is _ZERO:
             free = pool.free0
         else:
-            prio = _index_arg(priority, "priority", parser=True)
+            prio = _int64_arg(priority, "priority")
             if not pool.lo <= prio <= pool.hi:
                 raise ValueError(
                     f"priority={shown(prio)} is out of range [{pool.lo}, {pool.hi}] for "
@@ -397,7 +398,7 @@ class Stream(_StreamCore):
             raise TypeError("Stream(stream_id=..., device_index=..., device_type=...) needs all "
                             "three keyword arguments to wrap an existing stream")
         if device is not None or (priority is not _ZERO
-                                  and _index_arg(priority, "priority", parser=True) != 0):
+                                  and _int64_arg(priority, "priority") != 0):
             raise TypeError("Stream(stream_id=...) wraps an existing stream: do not also pass "
                             "device or priority")
         sid, device_index = _int_arg("stream_id", stream_id), _int_arg("device_index", device_index)

@@ -11,9 +11,10 @@ CUDA-only extras, with
 (:func:`utilization`, :func:`temperature`, :func:`power_draw`, :func:`clock_rate`,
 :func:`memory_usage`, :func:`list_gpu_processes`), :func:`get_device_name`,
 :func:`get_device_capability` (a ``(major, minor)`` tuple, as in ``torch.cuda``),
-:class:`ExternalStream`, ``__cuda_stream__`` interop (:func:`stream_handle`,
-:func:`as_stream`), and :mod:`comm` (the same module as :mod:`accelrt.comm`, as
-``torch.cuda.comm`` mirrors ``torch.nn.parallel.comm``).
+:class:`ExternalStream` and ``__cuda_stream__`` interop (:func:`stream_handle`,
+:func:`as_stream`). As every device module, it has :mod:`comm` (the same module as
+:mod:`accelrt.comm`, as ``torch.cuda.comm`` mirrors ``torch.nn.parallel.comm``; ``import
+accelrt.cuda.comm`` works as ``import torch.cuda.comm`` does).
 
 Importing this module imports no NVIDIA package. Where CUDA cannot be used, PyTorch's rules
 hold: ``is_available()`` is False, statistics are ``0``/``{}``, seeding is ignored, and the
@@ -36,7 +37,6 @@ from . import _device, _graph
 from ._runtime import _classes
 from ._runtime._cuda import CudaModule
 from ._runtime._registry import _register
-from . import comm as comm  # accelrt.cuda.comm, as torch.cuda.comm
 from ._runtime._cuda import as_stream as as_stream
 from ._runtime._cuda import get_device_capability as get_device_capability
 from ._runtime._cuda import stream_handle as stream_handle
@@ -118,7 +118,7 @@ _m: CudaModule[Stream, Event] = CudaModule(
     stream_context=StreamContext, device=device, device_of=device_of,
     device_index=device_index, graph_class=CUDAGraph, graph=graph)
 # The torch.cuda runtime of the backend (documented on accelrt._runtime.DeviceModule):
-__all__ = list(_register(_m, globals(), "as_stream", "get_device_capability", "stream_handle", "comm"))
+__all__ = list(_register(_m, globals(), "as_stream", "get_device_capability", "stream_handle"))
 current_stream = _m.current_stream
 default_stream = _m.default_stream
 get_stream_from_external = _m.get_stream_from_external

@@ -205,6 +205,8 @@ SETTINGS = [
 
 _HEX = re.compile(r"0x[0-9a-fA-F]+")
 _PID = re.compile(r"\b(pid|process|/proc/) ?\d+")
+#: a store's ``(host, port)`` where the port was bound at run time (``port=0``)
+_PORT = re.compile(r"(\([^(),]*, )\d+\)")
 
 
 #: an out-of-memory message's amounts of memory in use, free or cached, which depend on when
@@ -214,8 +216,9 @@ _IN_USE = re.compile(r"\b(of which|memory|with|and) [\d.]+ (bytes|KiB|MiB|GiB|Ti
 
 def clean(text: str) -> str:
     """``text`` without what differs between two runs of one build (addresses, process ids,
-    memory in use)."""
+    memory in use, ports bound at run time)."""
     text = _HEX.sub("0x?", text)
+    text = _PORT.sub(r"\1?)", text)
     text = _IN_USE.sub(r"\1 <bytes>", text)
     return _PID.sub(r"\1 ?", text)
 

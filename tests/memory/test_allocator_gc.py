@@ -280,6 +280,14 @@ class GCLock:
     def locked(self) -> bool:
         return self._lock.locked()
 
+    @property
+    def stream_waits(self) -> int:     # (the wrapped lock's: its contention hook reads it)
+        return int(self._lock.stream_waits)
+
+    @stream_waits.setter
+    def stream_waits(self, n: int) -> None:
+        self._lock.stream_waits = n
+
     def __enter__(self) -> None:
         self.acquire()
 

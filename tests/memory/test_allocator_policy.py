@@ -315,7 +315,7 @@ def test_block_goes_against_its_live_neighbour() -> None:
     unmappable, where starting at the front would pin a page of its own."""
     a = DeviceCachingAllocator(SimulatedBackend(), 0, parse_config(LOW_FRAG))
     x = a.malloc(5 * MiB, 0)               # [0, 5) MiB, pages [0, 6)
-    z = a.malloc(2 * MiB, 0)               # [5, 7), pages up to 8
+    z = a.malloc(3 * MiB, 0)               # [5, 8), pages up to 8: nothing free after it
     a.free(x)                              # free [0, 5) before live z
     y = a.malloc(MiB, 0)
     assert y == x + 4 * MiB                # [4, 5): in z's page [4, 6)

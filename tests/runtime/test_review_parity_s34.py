@@ -231,8 +231,8 @@ def test_device_index_whose_index_raises_is_a_type_error(value: IndexRaises) -> 
 @pytest.mark.parametrize("value", BROKEN, ids=repr)
 def test_stream_priority_whose_index_raises_is_a_type_error(value: IndexRaises) -> None:
     # torch 2.15: torch.Stream(priority=obj) raises "Stream(): argument 'priority' must be
-    # int, not X"
-    with pytest.raises(TypeError, match=r"priority must be an int, got IndexRaises \(its "):
+    # int, not X": the parser never calls __index__ of an object that is no int
+    with pytest.raises(TypeError, match=r"^priority must be an int, got IndexRaises$"):
         acc.cpu.Stream(priority=value)
 
 

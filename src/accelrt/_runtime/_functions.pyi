@@ -5,6 +5,7 @@ declared once (``accelrt/cpu.py`` etc. import this stub for type checkers only a
 bind the same names at run time with ``_register``)."""
 
 from .. import _graph
+from .. import comm as comm   # accelrt.comm (torch.cuda.comm)
 from .._errors import AcceleratorError as AcceleratorError
 from ..backends.cuda import _nvtx as nvtx   # one module for all (typed as a module)
 from .._errors import OutOfMemoryError as OutOfMemoryError
@@ -35,6 +36,7 @@ __all__ = [
     "can_device_access_peer",
     "change_current_allocator",
     "clock_rate",
+    "comm",
     "current_device",
     "current_device_index",
     "default_generators",

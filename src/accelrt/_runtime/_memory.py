@@ -383,7 +383,9 @@ class MemoryFunctions(ModuleBase):
             >>> import accelrt as acc
             >>> acc.cpu.empty_cache()
         """
+        from .._stream_callback import refuse
         from ..memory._registry import empty_backend_cache
+        refuse("empty_cache")   # (it waits for the streams: not from a host function)
         if self.device_count():     # (0, never an error, where the backend cannot be used)
             empty_backend_cache(self._b())
 

@@ -164,17 +164,21 @@ def _register(m: DeviceModule[Any, Any], namespace: dict[str, Any],
               *extra: str) -> tuple[str, ...]:
     """Record the :class:`DeviceModule` of a built-in device module (called at its import),
     make its submodules importable (``import accelrt.cuda.memory``, ``.graphs``, ``.random``,
-    ``.streams``, ``.profiler``, ``.nvtx``), document its classes (:data:`CLASS_DOCS`) and bind
-    its :func:`bindings` in the module's ``namespace`` (a name the module defines itself stays
-    its own); the module becomes a :class:`LiveModule`. Returns the module's ``__all__``:
-    every bound name but ``graphs`` and the :data:`PRIVATE` ones, the :data:`LIVE` names,
-    plus ``extra``."""
+    ``.streams``, ``.profiler``, ``.nvtx``, and ``.comm``: :mod:`accelrt.comm` itself, as
+    ``torch.cuda.comm`` is ``torch.nn.parallel.comm``'s functions), document its classes
+    (:data:`CLASS_DOCS`) and bind its :func:`bindings` and ``comm`` in the module's
+    ``namespace`` (a name the module defines itself stays its own); the module becomes a
+    :class:`LiveModule`. Returns the module's ``__all__``: every bound name but ``graphs`` and
+    the :data:`PRIVATE` ones, ``comm``, the :data:`LIVE` names, plus ``extra``."""
+    from .. import comm
     with _modules_lock:
         _modules[m.name] = m
     for sub in (m.memory, m.graphs, m.random, m.streams, m.profiler):
         sys.modules[sub.__name__] = sub
     sys.modules[f"{m.module}.nvtx"] = m.nvtx
+    sys.modules[f"{m.module}.comm"] = comm
     names = bindings(m)
+    names["comm"] = comm
     for name, doc in CLASS_DOCS.items():
         cls = names[name]
         if cls.__doc__ is None:

@@ -107,7 +107,7 @@ from ._world import _get_process_group_name as _get_process_group_name
 from ._world import _rank_not_in_group as _rank_not_in_group
 
 __all__ = [
-    "Backend", "DebugLevel", "DistBackendError", "DistError", "DistNetworkError",
+    "Backend", "DebugLevel", "DeviceMesh", "DistBackendError", "DistError", "DistNetworkError",
     "DistStoreError", "DistTimeoutError", "Engine", "EngineContext", "FileStore", "Future",
     "GroupMember",
     "GroupName", "HashStore", "P2POp", "PrefixStore", "PremulSum", "ProcessGroup",
@@ -118,7 +118,8 @@ __all__ = [
     "destroy_process_group", "gather", "gather_into_tensor", "gather_object", "gather_single",
     "get_backend", "get_backend_config", "get_debug_level", "get_default_backend_for_device",
     "get_global_rank", "get_group_rank", "get_node_local_rank", "get_pg_count",
-    "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_process_group",
+    "get_process_group_ranks", "get_rank", "get_world_size", "group", "init_device_mesh",
+    "init_process_group",
     "irecv", "is_available", "is_backend_available", "is_gloo_available", "is_initialized",
     "is_mpi_available", "is_nccl_available", "is_torchelastic_launched", "is_ucc_available",
     "is_xccl_available", "isend", "monitored_barrier", "new_group", "new_subgroups",
@@ -139,3 +140,7 @@ GroupName = NewType("GroupName", str)
 
 # torch.distributed.distributed_c10d's names (``dist.distributed_c10d._get_default_group``)
 from . import distributed_c10d as distributed_c10d  # noqa: E402
+
+# torch.distributed.device_mesh (torch.distributed re-exports its two names too)
+from . import device_mesh as device_mesh  # noqa: E402
+from .device_mesh import DeviceMesh, init_device_mesh  # noqa: E402

@@ -16,8 +16,10 @@ Example::
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import enum
+import sys
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -503,6 +505,19 @@ def _nccl_factory(ctx: EngineContext) -> Engine:
 def _mpi_available() -> bool:
     import importlib.util
     return importlib.util.find_spec("mpi4py") is not None
+
+
+def _mpi_at_exit() -> None:
+    """The MPI engine's interpreter exit (:func:`._mpi.at_exit`), if it was imported:
+    registered when ``accelrt.distributed`` is imported (without importing the engine), so it
+    runs after the exit hooks a program registers later, which may still use MPI (as they
+    could before mpi4py's own finalization)."""
+    mod = sys.modules.get(f"{__package__}._mpi")
+    if mod is not None:
+        mod.at_exit()
+
+
+atexit.register(_mpi_at_exit)
 
 
 def _nccl_available() -> bool:

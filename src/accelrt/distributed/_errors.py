@@ -80,6 +80,12 @@ class _AssertValueError(ValueError, AssertionError):
     group) and accelrt with ``ValueError``."""
 
 
+class _AssertTypeError(TypeError, AssertionError):
+    """A wrong argument type that torch reports with ``AssertionError`` (``DeviceMesh.get_group``
+    of a ``mesh_dim`` that is neither a name nor an int: "mesh_dim must be an int") and
+    accelrt with ``TypeError``."""
+
+
 class _NotRegisteredError(ValueError, KeyError):
     """A group that is not (or no longer) registered: ``ValueError`` as torch's
     ``get_rank``/``get_group_rank`` raise it, and ``KeyError`` as its

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._errors import type_shown
+from .._fork import reinit_after_fork
 from ._errors import DistStoreError
 from ._store import (_INT32_MAX, _INT32_MIN, _binding_int, _compare_set_refusal, _counter,
                      _Table, _TableStore, _wait_timeout)
@@ -48,16 +49,17 @@ class _FileTable(_Table):
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
         self._pos = 0                        # bytes of the log applied to _data
         self._data: dict[str, bytes] = {}
-        self._lock = threading.Lock()        # this object's threads; flock orders processes
+        # this object's threads (free again in a forked child); flock orders processes
+        self._lock = reinit_after_fork(threading.Lock())
         _OPEN.add(self)
 
     def _reopen_in_child(self) -> None:
         """After ``fork``, in the child: a file description of its own. ``flock`` locks
         belong to the open file description, which a forked child shares with its parent:
         both would hold the exclusive lock at once (and lose each other's ``add``), where
-        torch's FileStore opens the file for each operation. The thread lock is new too (a
-        parent's thread may have held it when the process forked)."""
-        self._lock = threading.Lock()
+        torch's FileStore opens the file for each operation. (The thread lock, which a
+        parent's thread may have held when the process forked, is free again:
+        ``reinit_after_fork``.)"""
         old = self._fd
         try:   # the same file even if its path was removed or replaced meanwhile (Linux)
             new = os.open(f"/proc/self/fd/{old}", os.O_RDWR | os.O_APPEND)

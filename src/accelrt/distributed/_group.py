@@ -32,6 +32,7 @@ import numpy as np
 
 from .._array import Array
 from .._errors import AcceleratorTypeError, AcceleratorValueError, ClosedError, type_shown
+from .._fork import reinit_after_fork
 from .._stream import Stream, _current
 from .._transfer import (pinned_pool, plan_landing, plan_staged_collective,
                          plan_staged_p2p, run_on_stream, run_steps)
@@ -178,10 +179,10 @@ class ProcessGroup:
         #: caller may drop the handle of an isend at once; torch's process groups keep the
         #: work, too); :meth:`_post` forgets the completed ones. Changed under the lock only
         self._in_flight: list[Work] = []
-        self._flight_lock = threading.Lock()
+        self._flight_lock = reinit_after_fork(threading.Lock())
         self._p2p = 0   # point-to-point operations among the _seq (see next_p2p_seq)
         self._error: BaseException | None = None
-        self._lock = threading.Lock()
+        self._lock = reinit_after_fork(threading.Lock())
         self._ctrl: Any = None
         self._preset: dict[tuple[str, int], Engine] = {}
         self._supported: set[tuple[Engine, ReduceOp, Any]] = set()

@@ -17,16 +17,20 @@ Example::
 
 from __future__ import annotations
 
-import atexit
 import ctypes
 import importlib
+import itertools
 import os
+import sys
 import threading
+import time
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from .._fork import reinit_after_fork
 from .._stream import Stream
 from ._engine import (Buf, DirectPlan, Engine, EngineCapabilities, EngineContext, PremulSum,
                       RedOp, ReduceOp, Request, cuda_memory)
@@ -52,43 +56,142 @@ def mpi() -> Any:
 
     A process not started by a launcher is a singleton world: its MPI needs no network, so
     UCX is limited to shared memory during the init (unless ``UCX_TLS`` is set) instead of
-    opening listeners on every interface.
+    opening listeners on every interface. When accelrt is the first to import ``mpi4py.MPI``
+    (and ``mpi4py.rc.finalize`` was not set), accelrt finalizes MPI itself, at interpreter
+    exit, in this process only (:func:`at_exit`): mpi4py's own finalization ran in a child
+    made by ``os.fork()`` too, where it hung the job (mpiexec) or crashed the parent.
+
+    Raises:
+        DistError: this process was forked from the one that initialized MPI
+            (:func:`_after_fork_in_child`).
     """
-    global _MPI, _MPI_PID
+    global _MPI, _MPI_PID, _FINALIZE
     if _MPI is None:
+        if _GONE is not None:
+            raise DistError(_GONE)
         pin = not under_launcher() and "UCX_TLS" not in os.environ
         if pin:
             os.environ["UCX_TLS"] = "self,sm"
+        rc = importlib.import_module("mpi4py").rc
+        was = rc.finalize
+        ours = "mpi4py.MPI" not in sys.modules and rc.initialize is not False and was is not False
+        if ours:
+            rc.finalize = False
         try:
             _MPI = importlib.import_module("mpi4py.MPI")
+        except BaseException:
+            rc.finalize = was
+            raise
         finally:
             if pin:
                 del os.environ["UCX_TLS"]
-        _MPI_PID = os.getpid()
-        atexit.register(_cancel_pending_at_exit)   # (runs before mpi4py's MPI_Finalize)
+        _MPI_PID, _FINALIZE = os.getpid(), ours
     return _MPI
 
 
-#: receives not known to be complete (set.add/discard/list are atomic under the GIL).
-#: Holding them adds nothing: a group keeps a posted operation's work, and so its request and
-#: arrays, until it completes. (Sends are left to MPI_Finalize, which may still deliver them:
-#: a rank may exit after an isend it never waited for, and its peer still receive it.)
+#: receives not known to be complete (set.add/discard/list are atomic under the GIL): each is
+#: cancelled at exit (:func:`at_exit`). Holding them adds nothing: a group keeps a posted
+#: operation's work, and so its request and arrays, until it completes. (A send nobody waits
+#: for is left to MPI_Finalize, which may still deliver it: a rank may exit after an isend it
+#: never waited for, and its peer still receive it.)
 _PENDING: set[_MpiRequest] = set()
-_MPI_PID = 0   # the process that initialized MPI (a forked child inherits the hook, not MPI)
-#: seconds :func:`_cancel_pending_at_exit` lets a thread blocked in a cancelled request's
-#: ``MPI_Wait`` take to leave it
+#: requests a thread is blocked on in ``MPI_Waitany`` beside a wake-up receive, with that
+#: receive's tag (:meth:`_MpiRequest._wait_waking`: a send that did not complete at once, on
+#: a daemon thread)
+_WAITING: dict[_MpiRequest, int] = {}
+_MPI_PID = 0   # the process that initialized MPI
+_FINALIZE = False   # accelrt finalizes MPI at exit (it imported mpi4py.MPI first: see mpi())
+#: set once the exit began (:func:`at_exit`): a wait no longer blocks in MPI
+_EXITING = False
+#: why MPI cannot be used in this process any more (finalized, or a forked child), or None
+_GONE: str | None = None
+#: seconds :func:`at_exit` gives a send a thread waits on to complete (its receiver may still
+#: come), and a thread blocked in a cancelled or woken request to leave MPI
 EXIT_GRACE = 5.0
+#: ``MPI_COMM_SELF``'s duplicate the wake-up receives are posted on (made on first use)
+_WAKE_COMM: Any = None
+_WAKE_TAGS = itertools.count(1)
+_WAKE_LOCK = reinit_after_fork(threading.Lock())   # makes _WAKE_COMM once
+_NOTHING = np.zeros(1, np.uint8)   # a wake-up message's (empty) buffer
 
 
-def _cancel_pending_at_exit() -> None:
-    """At interpreter exit, before mpi4py finalizes MPI, cancel every receive still pending
-    and let a thread blocked in its ``MPI_Wait`` leave MPI first (a daemon thread waiting on a
-    receive that no rank will send): ``MPI_Finalize`` while a thread was inside ``MPI_Wait``
-    crashed the process (SIGSEGV). That thread's ``wait()`` then raises :class:`DistError`."""
+def at_exit() -> None:
+    """At interpreter exit, before MPI is finalized, get every thread out of MPI:
+    ``MPI_Finalize`` while a thread was inside ``MPI_Wait`` crashed the process (SIGSEGV or
+    abort). Every receive still pending is cancelled (a daemon thread waiting on a receive
+    that no rank will send); a thread waiting on a send (that no rank receives: a send cannot
+    be cancelled, MPICH's ``MPI_Cancel`` ignores sends) has until :data:`EXIT_GRACE` seconds
+    for its receiver to come, and is then woken. Their ``wait()`` raises :class:`DistError`.
+    Then MPI is finalized, when accelrt is to (see :func:`mpi`), in the process that
+    initialized it only. Runs from the exit hook ``accelrt.distributed`` registers when it is
+    imported (after the program's own exit hooks, which may still communicate)."""
+    global _EXITING, _GONE
     if _MPI is None or os.getpid() != _MPI_PID or _MPI.Is_finalized():
         return
+    _EXITING = True
+    deadline = time.monotonic() + EXIT_GRACE
     for req in list(_PENDING):
         req._cancel_at_exit()
+    for req in list(_WAITING):
+        req._wake_at_exit(deadline)
+    if _FINALIZE:
+        _GONE = ("accelrt.distributed: MPI was finalized at interpreter exit; communicate "
+                 "before the program ends")
+        _MPI.Finalize()
+
+
+def _forked_error() -> str:
+    return (f"accelrt.distributed: this process was forked (os.fork) from process {_MPI_PID}, "
+            "which initialized MPI: MPI cannot be used in a forked child (its communicators, "
+            "shared memory and connection to the launcher are the parent's). Communicate from "
+            "the parent, or start workers with the 'spawn' or 'forkserver' start method")
+
+
+class _ForkedComm:
+    """What an MPI communicator of the parent becomes in a forked child: ``Free()`` does
+    nothing (the communicator is the parent's), anything else raises :class:`DistError`.
+
+    Example::
+
+        >>> from accelrt.distributed._mpi import _ForkedComm
+        >>> _ForkedComm().Free()
+    """
+
+    __slots__ = ()
+
+    def Free(self) -> None:  # noqa: N802 - mpi4py's name
+        """Nothing: the communicator belongs to the parent."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise DistError(_GONE or _forked_error())
+
+
+#: the MPI engines of this process (their communicators are disowned in a forked child)
+_ENGINES: weakref.WeakSet[MpiEngine] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a child made by ``os.fork()`` of a process that initialized MPI: MPI is not this
+    process's (used here, it hung the job under mpiexec: a child's barrier or send paired with
+    the peers' own; its exit finalized the parent's MPI). Every MPI call of accelrt raises
+    :class:`DistError` here: :func:`mpi`, the requests, the engines' and groups' communicators
+    (each a :class:`_ForkedComm`; the groups' direct-call plans are dropped)."""
+    global _MPI, _GONE
+    if _MPI is None:
+        return
+    _MPI, _GONE = None, _forked_error()
+    gone = _ForkedComm()
+    for eng in list(_ENGINES):
+        eng._disown(gone)
+    world = sys.modules.get(f"{__package__}._world")
+    for g in list(world._S.groups) if world is not None else ():
+        g.drop_plans()
+        g.mpi_comm = gone if g.mpi_comm is not None else None
+        g._ctrl = gone if g._ctrl is not None else None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 _TYPES: dict[str, Any] = {}
@@ -271,16 +374,23 @@ class _MpiRequest(Request):
     request has one owner at a time (``_lock``): :meth:`wait` holds it through ``MPI_Wait``;
     :meth:`test` takes it only if it is free (held, another thread is completing the request:
     not known complete yet, False). The call that completes the request keeps its source, or
-    its error, which every later call answers without calling MPI again."""
+    its error, which every later call answers without calling MPI again.
 
-    __slots__ = ("_error", "_lock", "_rank_of", "_req", "_source", "_status")
+    A daemon thread waits for a send that did not complete at once beside a wake-up receive
+    (:meth:`_wait_waking`), which :func:`at_exit` completes to get the thread out of MPI (a
+    send cannot be cancelled; other threads are joined before the exit begins, and wait in
+    ``MPI_Wait``, the cheaper). In a forked child, or once MPI was finalized, a request not
+    known complete raises :class:`DistError` without calling MPI."""
+
+    __slots__ = ("_error", "_lock", "_rank_of", "_receive", "_req", "_source", "_status")
 
     def __init__(self, req: Any, status: Any, rank_of: Any, receive: bool = False) -> None:
         self._req, self._status, self._rank_of = req, status, rank_of
         self._source: int | None = None
         self._error: BaseException | None = None
-        self._lock = threading.Lock()
-        if receive:   # (cancelled at exit if still pending: _cancel_pending_at_exit)
+        self._lock = threading.Lock()   # (a forked child never takes it: see test and wait)
+        self._receive = receive
+        if receive:   # (cancelled at exit if still pending: at_exit)
             _PENDING.add(self)
 
     def _completed(self) -> int:
@@ -293,8 +403,8 @@ class _MpiRequest(Request):
         return source
 
     def _cancel_at_exit(self) -> None:
-        """Cancel the request (interpreter exit: :func:`_cancel_pending_at_exit`) and wait, a
-        bounded time, for a thread inside its ``MPI_Wait`` to leave it."""
+        """Cancel the receive (interpreter exit: :func:`at_exit`) and wait, a bounded time,
+        for a thread inside its ``MPI_Wait`` to leave it."""
         if self._source is not None:
             return
         self._error = DistError("the receive was cancelled at interpreter exit: no matching "
@@ -312,6 +422,53 @@ class _MpiRequest(Request):
             finally:
                 self._lock.release()
 
+    def _wait_waking(self) -> None:
+        """Block until the request completes, beside a wake-up receive on a private
+        communicator (the lock held): ``MPI_Waitany`` returns when either completes, and only
+        :meth:`_wake_at_exit` sends the wake-up. Woken, or called once the exit began, it
+        raises :class:`DistError`; the request stays posted (MPI_Finalize may still deliver a
+        send)."""
+        global _WAKE_COMM
+        MPI = _MPI
+        if _WAKE_COMM is None:
+            with _WAKE_LOCK:
+                if _WAKE_COMM is None:
+                    _WAKE_COMM = MPI.COMM_SELF.Dup()
+        tag = next(_WAKE_TAGS) % 32767 + 1   # (MPI guarantees tags up to 32767)
+        wake = _WAKE_COMM.Irecv([_NOTHING, 0, MPI.BYTE], 0, tag)
+        _WAITING[self] = tag
+        try:
+            # (at_exit sets _EXITING before it looks at _WAITING: a waiter that missed it here
+            # is among those it looks at)
+            if not _EXITING and MPI.Request.Waitany([self._req, wake], self._status) == 0:
+                return
+        finally:
+            _WAITING.pop(self, None)
+            if wake:   # (still posted: the request completed, or the exit began)
+                wake.Cancel()
+                wake.Wait()
+        what = "receive" if self._receive else "send"
+        raise DistError(f"the {what} was abandoned at interpreter exit: no rank had matched it "
+                        f"(the exit waits up to EXIT_GRACE = {EXIT_GRACE:g} s for that); wait "
+                        "for it before the program ends")
+
+    def _wake_at_exit(self, deadline: float) -> None:
+        """Interpreter exit (:func:`at_exit`): a thread waits on this request in
+        :meth:`_wait_waking`. Give the request until ``deadline`` to complete (a send's
+        receiver may still come), then wake the thread and wait, a bounded time, for it to
+        leave MPI."""
+        if self._lock.acquire(timeout=max(deadline - time.monotonic(), 0.0)):
+            self._lock.release()   # the waiter left: completed, or failed
+            return
+        tag = _WAITING.get(self, 0)
+        if tag:   # (0: the waiter left, or has not posted it yet and sees _EXITING when it has)
+            try:   # (a message nobody receives any more, if the waiter just left, is harmless)
+                _WAKE_COMM.Isend([_NOTHING, 0, _MPI.BYTE], 0, tag).Wait()
+            except Exception:   # noqa: BLE001 - exiting: nothing more to do for it
+                return
+        if self._lock.acquire(timeout=EXIT_GRACE):
+            self._lock.release()
+
     def _keep(self, exc: BaseException) -> None:
         """Keep ``exc`` (a copy that holds no frames) as the request's outcome."""
         from ._work import detached
@@ -326,6 +483,8 @@ class _MpiRequest(Request):
     def test(self) -> bool:
         if self._source is not None:
             return True
+        if _GONE is not None:   # (before the lock: a forked child may inherit it held)
+            raise DistError(_GONE)
         if not self._lock.acquire(False):   # (held: another thread is completing it)
             return False
         try:
@@ -347,11 +506,21 @@ class _MpiRequest(Request):
         source = self._source
         if source is not None:
             return source
+        if _GONE is not None:   # (before the lock: a forked child may inherit it held)
+            raise DistError(_GONE)
         with self._lock:
             if self._source is None:
                 self._raise_kept()
                 try:
-                    self._req.Wait(self._status)
+                    if self._receive and not _EXITING:
+                        self._req.Wait(self._status)
+                    elif not self._req.Test(self._status):
+                        # (only a daemon thread can be inside MPI when the exit begins: the
+                        # interpreter joins the others first)
+                        if _EXITING or threading.current_thread().daemon:
+                            self._wait_waking()
+                        else:
+                            self._req.Wait(self._status)
                 except Exception as exc:
                     self._keep(exc)
                     raise
@@ -377,6 +546,14 @@ class MpiEngine(Engine):
         self.rank = comm.Get_rank()
         self.max_tag = int(comm.Get_attr(MPI.TAG_UB))   # MPICH: 2**29 - 1
         self._host_ops: bool | None = None   # (see _ops_on_host)
+        _ENGINES.add(self)
+
+    def _disown(self, gone: _ForkedComm) -> None:
+        """In a forked child (:func:`_after_fork_in_child`): the communicator is the parent's;
+        every call raises :class:`DistError` (the cached direct-call plans held its methods)."""
+        self.comm = gone
+        self._ar.clear()
+        self._msgs.clear()
 
     def _ops_on_host(self) -> bool:
         """True unless this engine may be given device addresses (``device_aware``: the
@@ -573,5 +750,5 @@ class MpiEngine(Engine):
 
     def destroy(self) -> None:
         comm, self.comm = self.comm, None
-        if comm is not None and not mpi().Is_finalized():
-            comm.Free()
+        if comm is not None and _GONE is None and not mpi().Is_finalized():
+            comm.Free()   # (a forked child's is the parent's; MPI finalized: nothing to free)

@@ -190,8 +190,13 @@ class NcclEngine(Engine):
             raw = bytes(core.get_unique_id()) if ctx.rank == 0 else None
             raw = ctx.mpi_comm.bcast(raw, root=0)
             uid = core.UniqueId.from_bytes(raw)
-        from .._device import set_device_index
+        from .._device import _get_device, set_device_index
         set_device_index(f"cuda:{ctx.device_index}")
+        # NCCL makes the communicator on the device whose context is current in this thread
+        # (cudaGetDevice), which accelrt's current device index does not change: make the
+        # device's primary context current, as torch's ProcessGroupNCCL guards the device
+        b, index = _get_device(f"cuda:{ctx.device_index}")
+        b.init_device(index)
         config = core.NCCLConfig(blocking=False)
         comm = core.Communicator.init(ctx.size, ctx.rank, uid, config=config)
         _wait_ready(comm, ctx.timeout, ctx.rank, "init_process_group (NCCL communicator)",

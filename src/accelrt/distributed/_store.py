@@ -44,6 +44,7 @@ import numpy as np
 
 from ._errors import DistStoreError, QueueEmptyError
 from .._errors import index_failure, shown, type_shown
+from .._fork import reinit_after_fork
 
 __all__ = ["HashStore", "PrefixStore", "Store"]
 
@@ -359,7 +360,7 @@ class _MemoryTable(_Table):
     """The table in this process's memory (HashStore, and the TCPStore master's server)."""
 
     def __init__(self, timeout_style: str = "hash") -> None:
-        self._cond = threading.Condition()
+        self._cond = reinit_after_fork(threading.Condition())
         self._data: dict[str, bytes] = {}                            # guarded by _cond
         self._queues: dict[str, collections.deque[bytes]] = {}       # guarded by _cond
         self.closed = False                                          # guarded by _cond

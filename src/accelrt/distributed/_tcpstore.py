@@ -362,6 +362,27 @@ def _resolve(host: str, port: int, seconds: float) -> None:
             delay = min(delay * 2, 0.5)
 
 
+def _check_connectable(host: str, port: int, timeout: datetime.timedelta,
+                       resolve: bool) -> None:
+    """Refuse a ``timeout`` under a millisecond as torch 2.15's client (the master is a client
+    of its own server too) fails with it: it times out connecting to ``(host, port)`` at once;
+    with ``resolve`` (the master), then resolve ``host`` as that client does, within
+    ``timeout``.
+
+    Raises:
+        DistNetworkError: either fails (torch's words, the port the connection is made to).
+    """
+    ms = int(timeout / datetime.timedelta(milliseconds=1))   # (torch's, truncated)
+    if ms <= 0:
+        raise DistNetworkError(
+            f"The client socket has timed out after {ms}ms while trying to connect to "
+            f"({host}, {port}). A TCPStore's timeout bounds its connection too: give "
+            "at least a millisecond (e.g. timeout=datetime.timedelta(seconds=30))")
+    if resolve:
+        # (a host name the master cannot resolve fails as a client's connection does)
+        _resolve(host, port, timeout.total_seconds())
+
+
 #: the most bytes a TCPStore master's answer to ``hello`` takes (``ok`` and the protocol)
 _HELLO_MAX = 256
 
@@ -418,7 +439,7 @@ class _RemoteTable(_Table):
 
     def __init__(self, host: str, port: int, timeout: float, connect: bool = True) -> None:
         self.host, self.port, self.timeout = host, port, timeout
-        self._lock = threading.Lock()
+        self._lock = reinit_after_fork(threading.Lock())
         # None after a request went unanswered in time (guarded by _lock): its late reply
         # could be read as the answer to the next request, so the next one reconnects
         # (without ``connect``: the first request connects)
@@ -427,9 +448,9 @@ class _RemoteTable(_Table):
         _CLIENTS.add(self)
 
     def _after_fork(self) -> None:
-        """In a forked child: a lock of its own, and no connection (the parent's, which
-        another thread may have been using at the fork, stays the parent's)."""
-        self._lock = threading.Lock()
+        """In a forked child: no connection (the parent's, which another thread may have
+        been using at the fork, stays the parent's; the lock is free again:
+        ``reinit_after_fork``)."""
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
@@ -625,7 +646,8 @@ class TCPStore(_TableStore):
         DistNetworkError: the master could not listen (or use ``master_listen_fd``), or a
             client could not connect within ``timeout``; ``timeout`` is under a millisecond
             (zero or negative), on a client or the master, as torch 2.15's store, which
-            times out connecting at once.
+            times out connecting at once (a master once it listens: the message names the
+            port it bound).
         DistStoreError: the master's wait for the workers timed out; or ``master_listen_fd``
             is bound to another port than a non-zero ``port`` (torch 2.15's libuv words;
             ``DistNetworkError`` with ``use_libuv=False``, as torch's other server).
@@ -671,22 +693,11 @@ class TCPStore(_TableStore):
                              "(is_master=False) needs the master's port (master.port)")
         timeout = _timedelta(timeout)
         seconds = timeout.total_seconds()
-        ms = int(timeout / datetime.timedelta(milliseconds=1))   # (torch's, truncated)
-        if ms <= 0:
-            # torch's client (the master is one of its own server too) times out at once:
-            # under a millisecond it cannot even connect
-            raise DistNetworkError(
-                f"The client socket has timed out after {ms}ms while trying to connect to "
-                f"({host_name}, {port}). A TCPStore's timeout bounds its connection too: give "
-                "at least a millisecond (e.g. timeout=datetime.timedelta(seconds=30))")
         self._server: _Server | None = None
         self._host, self._libuv = host_name, bool(use_libuv)
         self._world_size, self._multi_tenant = world_size, bool(multi_tenant)
         table: _Table
         if is_master:
-            # torch's master is a client of its own server too: a host name it cannot
-            # resolve fails as a client's connection does (DistNetworkError)
-            _resolve(host_name, port, seconds)
             try:
                 self._server = _acquire_server(port, bool(multi_tenant), master_listen_fd,
                                                bool(use_libuv))
@@ -695,8 +706,17 @@ class TCPStore(_TableStore):
                     raise
                 # torchelastic's agent serves the store at MASTER_PORT: join it (torch 2.15)
                 is_master = False
+        if not is_master:
+            _check_connectable(host_name, port, timeout, False)
         if is_master:
             assert self._server is not None
+            try:
+                # torch's master is a client of its own server too, once it listens: it
+                # connects to the port bound (the one picked for port=0)
+                _check_connectable(host_name, self._server.port, timeout, True)
+            except BaseException:
+                _release_server(self._server)
+                raise
             self._port = self._server.port
             table = self._server.table
             self._finalizer: weakref.finalize[Any, Any] = weakref.finalize(

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import type_shown
 from .._event import Event
+from .._fork import reinit_after_fork
 from .._stream import _current
 from ._engine import Request
 from ._errors import DistError, DistTimeoutError
@@ -49,7 +50,7 @@ class _Watchdog:
         self._active: dict[int, tuple[float, ProcessGroup, str, int, float]] = {}
         self._tokens = itertools.count(1)
         self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
+        self._wake = reinit_after_fork(threading.Event())
         self._interval = 1.0
         self.on_timeout: Callable[[ProcessGroup, str, int, float], None] = _abort_job
         self.groups: list[ProcessGroup] = []   # their fast-path calls are watched too
@@ -85,6 +86,16 @@ class _Watchdog:
             self._thread.start()
         else:
             self._wake.set()
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: the watchdog thread and the calls it watched are the parent's
+        (their threads do not exist here); the next watched call starts a thread of its own.
+        (It stayed the parent's dead thread, so a group made in the child was never watched,
+        and a restarted one would have ended the child for a parent's call.)"""
+        self._thread = None
+        self._active.clear()
+        for group in self.groups:
+            group._t0 = 0.0
 
     def _run(self) -> None:
         while True:
@@ -169,6 +180,22 @@ ABORT_GRACE = 0.25
 WATCHDOG = _Watchdog()
 
 
+def _after_fork_in_child() -> None:
+    """In a child made by ``os.fork()``: the watchdog forgets the parent's thread and calls,
+    and a point-to-point work that a thread of the parent was finishing fails
+    (:meth:`Work._lost_at_fork`): the groups' works in flight, and those that destroyed groups
+    left pending."""
+    WATCHDOG._after_fork_in_child()
+    init = sys.modules.get(f"{__package__}._init")
+    works = [w for g in WATCHDOG.groups for w in g._in_flight]
+    for w in works + list(getattr(init, "_ABANDONED", ())):
+        w._lost_at_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 # ---------------------------------------------------------------------------- futures
 _log = logging.getLogger("accelrt.distributed")
 
@@ -204,7 +231,7 @@ class Future:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Condition(threading.RLock())
+        self._lock = reinit_after_fork(threading.Condition(threading.RLock()))
         self._done = False
         self._value: Any = None
         self._error: BaseException | None = None
@@ -448,7 +475,8 @@ class Work:
         self._group, self._op, self._seq = group, op, seq
         self._event, self._stream_of = event, stream_of
         self._request, self._finish = request, finish
-        #: held while one thread finishes a point-to-point work (:meth:`_complete_request`)
+        #: held while one thread finishes a point-to-point work (:meth:`_complete_request`;
+        #: held at a fork, the work fails in the child: :meth:`_lost_at_fork`)
         self._finishing = threading.Lock() if request is not None else None
         self._outputs = list(outputs)
         self._done = event is None and request is None
@@ -533,6 +561,21 @@ class Work:
                 g._forget(self)
         finally:
             self._finishing.release()
+
+    def _lost_at_fork(self) -> None:
+        """In a child made by ``os.fork()``: a thread of the parent was finishing this work
+        at the fork (it holds ``_finishing``, and does not exist here), so its data may be half
+        landed in the child's copy of the array. The work fails with :class:`DistError`
+        (waiting for that lock hung the child for ever)."""
+        fin, g = self._finishing, self._group
+        if fin is None or self._request is None or not fin.locked() or g is None:
+            return
+        self._exc = DistError(
+            f"rank {g.global_rank}: {self._op} (sequence number {self._seq}) was being "
+            "completed by another thread when this process was forked (os.fork): its data "
+            "in the child may be incomplete; wait for it before the fork",
+            rank=g.global_rank, op=self._op, seq=self._seq)
+        self._request = None   # (done, with that error)
 
     def _poll(self) -> bool:
         """True once the operation is complete, having finished a completed point-to-point

@@ -12,7 +12,9 @@ Runs the script as ``__main__`` on every rank, after:
 * making an uncaught exception on any rank abort the whole job (``MPI_Abort``) instead of
   leaving the other ranks waiting in their next collective.
 
-The exit status of a script that calls ``sys.exit(n)`` with ``n != 0`` aborts the job too.
+The exit status of a script that calls ``sys.exit(n)`` with ``n != 0`` aborts the job too. A
+child the script forked (``os.fork()``) that leaves the script ends alone, with its status (1
+for an uncaught exception): MPI is its parent's, and its abort ended the whole job.
 
 Example::
 
@@ -112,6 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     setup_rank(MPI)
     sys.argv = [target, *args]
     code: Any = 0
+    pid = os.getpid()
     try:
         if kind == "module":
             runpy.run_module(target, run_name="__main__", alter_sys=True)
@@ -124,6 +127,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.flush()
         text = traceback.format_exc()
         sys.stderr.write("".join(f"[rank {rank}] {line}\n" for line in text.splitlines()))
+        if os.getpid() != pid:   # a child the script forked: it ends alone (MPI is the parent's)
+            raise SystemExit(1) from None
         sys.stderr.write(f"[rank {rank}] accelrt.distributed.run: aborting the job\n")
         sys.stderr.flush()
         _grace()
@@ -134,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
             code = 1
         sys.stdout.flush()
         sys.stderr.flush()
-        if MPI.COMM_WORLD.Get_size() > 1:
+        if MPI.COMM_WORLD.Get_size() > 1 and os.getpid() == pid:
             _grace()
             MPI.COMM_WORLD.Abort(code)
         raise SystemExit(code)

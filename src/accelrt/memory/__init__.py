@@ -38,6 +38,7 @@ from .._device import _get_device, _plain_int, _tls
 from .._errors import AcceleratorValueError, shown, type_shown
 from .._fork import reinit_after_fork
 from .._handles import StreamHandle
+from .._stream_callback import refuse
 from .._namespace import public_dir
 from . import _allocator as _allocator_module
 from . import _host
@@ -124,6 +125,7 @@ def empty_cache() -> None:
         >>> from accelrt import memory
         >>> memory.empty_cache()
     """
+    refuse("empty_cache")   # (it waits for the streams: not from a host function)
     b = _device._current()
     if b is not None:
         empty_backend_cache(b)

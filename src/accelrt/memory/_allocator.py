@@ -46,6 +46,7 @@ import numpy as np
 
 from .._backend import Backend
 from .._errors import OutOfMemoryError, type_shown
+from .._stream_callback import refuse
 from .._fork import hold_across_fork
 from ._block import (
     DEFAULT_POOL,
@@ -60,6 +61,7 @@ from ._block import (
     fl_add,
     fl_remove,
     mergeable,
+    roundup_power2_next_division,
     unmapped_remove,
 )
 from ._block_map import BlockMap
@@ -77,7 +79,7 @@ from ._history import (
     record_history,
     trace_entries,
 )
-from ._lock import FastLock
+from ._lock import FastLock, StreamWait
 from ._oom import OomReporter, format_size
 from ._pools import (
     EndRouting,
@@ -177,7 +179,7 @@ class DeviceCachingAllocator:
         self._index = index                  # immutable
         self._name: str = backend.name       # immutable
         self._lock = hold_across_fork(FastLock())
-        self._acquire = self._lock.acquire                 # bound C methods of _lock
+        self._acquire = self._lock.acquire   # (contended: try _acquire_nowait first)
         self._release = self._lock.put                     # put(None) releases
         self._try_acquire = self._lock.try_acquire
         self._acquire_nowait = self._lock.acquire_nowait   # raises queue.Empty if held
@@ -334,7 +336,10 @@ class DeviceCachingAllocator:
             size = self._check_request(size)
             if size == 0:
                 return 0
-        self._acquire()
+        try:
+            self._acquire_nowait()
+        except _Empty:
+            self._acquire()
         try:
             # The named fast paths, each the general code (_malloc_locked) written out for one
             # common case; each returns 0 where the general code must run instead.
@@ -567,7 +572,10 @@ class DeviceCachingAllocator:
             if not self._lock_or_queue(ptr):
                 return
         else:
-            self._acquire()
+            try:
+                self._acquire_nowait()
+            except _Empty:
+                self._acquire()
         try:
             try:
                 blk = _NO_BLOCK if _PURE and type(ptr) is not int else self._blocks[ptr]  # (_PURE)
@@ -699,8 +707,10 @@ class DeviceCachingAllocator:
             self._flush_deferred()
         blk = self._block_at(ptr)
         if blk is None or not blk.allocated:
-            if blk is None and self._uncached and self._uncached.free(ptr):
-                return
+            if blk is None and self._uncached:
+                with StreamWait(self._lock):   # (its free waits for the streams that used it)
+                    if self._uncached.free(ptr):
+                        return
             raise self._bad_ptr(ptr, blk)
         blk.allocated = False
         st = self._stats
@@ -783,6 +793,7 @@ class DeviceCachingAllocator:
             0
         """
         pid = _DEFAULT_POOL if pool_id is None else check_pool_id(pool_id)
+        refuse("empty_cache")   # (it waits for the streams: not from a host function)
         with self._lock:
             self.settle_locked()
             release_cached_blocks(self, pid)
@@ -868,7 +879,7 @@ class DeviceCachingAllocator:
             idx = size.bit_length() - 1 - 20
             d = divs[0 if idx < 0 else (min(idx, 15))]
         if d > 1 and size > K_MIN_BLOCK * d:
-            return _roundup_power2_next_division(size, d)
+            return roundup_power2_next_division(size, d)
         return (size + 511) & -512
 
     def round_size(self, size: int) -> int:
@@ -982,14 +993,3 @@ class DeviceCachingAllocator:
     def __repr__(self) -> str:
         return (f"<DeviceCachingAllocator {self._name}:{self._index} allocated="
                 f"{self.memory_allocated()} reserved={self.memory_reserved()}>")
-
-
-def _roundup_power2_next_division(size: int, divisions: int) -> int:
-    if size & (size - 1) == 0:
-        return size
-    floor_pow2 = 1 << (size.bit_length() - 1)
-    step = floor_pow2 >> (divisions.bit_length() - 1)
-    if step == 0:
-        return 2 * floor_pow2
-    f = size & ~(step - 1)
-    return size if f == size else f + step

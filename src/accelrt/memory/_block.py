@@ -36,8 +36,8 @@ __all__ = ["BUCKET_MAX", "DEFAULT_POOL", "K_MIN_BLOCK", "K_MIN_LARGE_ALLOC", "K_
            "K_SMALL_BUFFER", "K_SMALL_SIZE", "Block", "BlockPool", "FreeList", "PrivatePool",
            "StreamUse",
            "count_alloc", "fl_add", "fl_first_ge", "fl_insert", "fl_pop_ge", "fl_remove",
-           "fl_replace", "mergeable", "new_free_list", "unmapped_add",
-           "unmapped_remove"]
+           "fl_replace", "mergeable", "new_free_list", "roundup_power2_next_division",
+           "unmapped_add", "unmapped_remove"]
 
 #: ``bisect``'s functions, bound here as ``Final`` names: the compiled build
 #: (mypyc) holds a ``Final`` in a C variable, where a name imported with
@@ -284,3 +284,23 @@ class PrivatePool:
         self.small = BlockPool(True, self, small_hot, 1)
         self.large = BlockPool(False, self, large_hot, 2)
         self.small.no_split = self.large.no_split = no_split
+
+
+def roundup_power2_next_division(size: int, divisions: int) -> int:
+    """``size`` rounded up to the next of ``divisions`` equal steps between two powers of two
+    (PyTorch's ``roundup_power2_next_division``, the ``roundup_power2_divisions`` option).
+
+    Example::
+
+        >>> from accelrt.memory._block import roundup_power2_next_division
+        >>> roundup_power2_next_division(1200 * 2**10, 4), 1280 * 2**10
+        (1310720, 1310720)
+    """
+    if size & (size - 1) == 0:
+        return size
+    floor_pow2 = 1 << (size.bit_length() - 1)
+    step = floor_pow2 >> (divisions.bit_length() - 1)
+    if step == 0:
+        return 2 * floor_pow2
+    f = size & ~(step - 1)
+    return size if f == size else f + step

@@ -30,6 +30,7 @@ from .. import _checked, _sync_debug
 from .._handles import EventHandle, StreamHandle
 from ._block import Block, PrivatePool, StreamUse
 from ._fit import free_block
+from ._lock import StreamWait
 
 if TYPE_CHECKING:
     from .._backend import Backend
@@ -142,7 +143,8 @@ class StreamFrees:
                 failure: BaseException | None = exc
                 try:
                     if not b.stream_is_valid(dev, StreamHandle(h)):
-                        b.synchronize(dev)   # a destroyed stream: wait for all its device's work
+                        with StreamWait(alloc._lock):   # a destroyed stream: wait for all
+                            b.synchronize(dev)          # its device's work
                         failure = None
                         if _sync_debug.active:   # after the wait: the block is then free
                             _sync_debug.check(b.name)
@@ -230,7 +232,8 @@ class StreamFrees:
                         if only is not None and blk.pool.owner is not only:
                             keep.append(q.popleft())
                             continue
-                        b.event_synchronize(dev, EventHandle(ev))
+                        with StreamWait(alloc._lock):
+                            b.event_synchronize(dev, EventHandle(ev))
                         q.popleft()   # (only once waited for: an error leaves it queued)
                         pool.append(ev)
                         blk.event_count -= 1

@@ -33,6 +33,7 @@ from ._block import (
 )
 from ._config import reserve_bytes, warn_expandable_fallback
 from ._history import CTX_ALL, CTX_ALLOC, capture_frames
+from ._lock import StreamWait
 
 if TYPE_CHECKING:
     from ._block_map import BlockMap
@@ -445,14 +446,15 @@ class ExpandableSegments:
         ``None`` if no whole mapping was inside."""
         alloc = self._alloc
         es: ExpandableSegment = blk.exp
-        if need >= 0:
-            nx = blk.next
-            pv = blk.prev
-            from_end = ((nx is not None and not nx.mapped)
-                        or not (pv is not None and not pv.mapped))
-            ptr, nbytes = es.unmap(blk.addr, blk.size, need, from_end)
-        else:
-            ptr, nbytes = es.unmap(blk.addr, blk.size)
+        with StreamWait(alloc._lock):   # (an unmap waits for the streams' work on the pages)
+            if need >= 0:
+                nx = blk.next
+                pv = blk.prev
+                from_end = ((nx is not None and not nx.mapped)
+                            or not (pv is not None and not pv.mapped))
+                ptr, nbytes = es.unmap(blk.addr, blk.size, need, from_end)
+            else:
+                ptr, nbytes = es.unmap(blk.addr, blk.size)
         if nbytes == 0:
             return None
         alloc._remove_free(blk)
@@ -496,7 +498,8 @@ class ExpandableSegments:
         unmapped_remove(u)
         del alloc._blocks[u.addr]
         self.segments.remove(es)
-        es.release()
+        with StreamWait(alloc._lock):
+            es.release()
         alloc._update_simple()
 
     def unmap_free_pages(self, need: int = -1, keep: Block | None = None) -> None:

@@ -70,8 +70,12 @@ def get_free_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int,
             # lookup per step: the walk is short)
             nx = blk.next
             esize = blk.size + (nx.size if nx is not None and not nx.mapped else 0)
+            # the low-fragmentation policy walks only over blocks at most a page longer than
+            # the best fit (docs/memory.md, rule 8); PyTorch's walk has no bound
+            limit = (blk.size + blk.exp.page if a._page_reuse and pool.owner is None
+                     else -1)
             nb = fl_first_ge(fl, blk.size, blk.addr + 1)
-            while nb is not None:
+            while nb is not None and (limit < 0 or nb.size <= limit):
                 nx = nb.next
                 nsize = nb.size + (nx.size if nx is not None and not nx.mapped else 0)
                 if nsize >= esize:

@@ -16,31 +16,46 @@
  * waiter awake. An interrupted sleep runs the signal handlers (as threading.Lock.acquire
  * does), which may raise out of acquire. tests/memory/test_memory_lock.py runs both types.
  *
+ * A contended acquire first calls the contention hook (set_contention_hook, the Python
+ * type's _hook: accelrt._stream_callback.contended) with the lock: it may raise (a host
+ * function whose holder waits for streams, `stream_waits`), and a true answer makes the
+ * thread sleep in slices of POLL_US, calling it again after each (the holder may start
+ * waiting for streams later); a slice that ends with the lock free takes it.
+ *
  *     FastLock()
  *     acquire()            block until free, then take it
  *     acquire_nowait()     take it if free, else raise queue.Empty
  *     try_acquire() -> bool
  *     release(), put(x)    give it back (RuntimeError if not held)
  *     locked() -> bool
+ *     stream_waits         the holder's waits for streams (an int attribute)
  *     with lock: ...
+ *     set_contention_hook(hook or None)   (a module function)
  */
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
 #include <stddef.h>
+#include <structmember.h>
+
+/* microseconds between two calls of the contention hook by a thread it told to ask again
+   (the Python type's POLL) */
+#define POLL_US 20000
 
 typedef struct {
     PyObject_HEAD
     char locked;              /* held (the GIL guards the three fields below) */
     char posted;              /* `wake` released once for the waiters, not yet taken */
     Py_ssize_t waiters;       /* threads sleeping (or about to) in acquire */
+    Py_ssize_t stream_waits;  /* the holder's waits for streams (set by it, read by the hook) */
     PyThread_type_lock wake;  /* held locked; released to wake one waiter */
     PyObject *weakreflist;
 } FastLockObject;
 
 static PyTypeObject FastLockType;
 static PyObject *QueueEmpty;   /* queue.Empty */
+static PyObject *Hook;         /* the contention hook, or NULL */
 
 static PyObject *FastLock_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
@@ -54,6 +69,7 @@ static PyObject *FastLock_new(PyTypeObject *type, PyObject *args, PyObject *kwds
     self->locked = 0;
     self->posted = 0;
     self->waiters = 0;
+    self->stream_waits = 0;
     self->weakreflist = NULL;
     self->wake = PyThread_allocate_lock();
     if (self->wake == NULL) {
@@ -78,6 +94,22 @@ static void FastLock_dealloc(FastLockObject *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* Call the contention hook: -1 if it raised, else whether to ask it again while waiting. */
+static int FastLock_ask(FastLockObject *self)
+{
+    PyObject *hook = Hook;
+    if (hook == NULL)
+        return 0;
+    Py_INCREF(hook);
+    PyObject *r = PyObject_CallOneArg(hook, (PyObject *)self);
+    Py_DECREF(hook);
+    if (r == NULL)
+        return -1;
+    int again = PyObject_IsTrue(r);
+    Py_DECREF(r);
+    return again;
+}
+
 static PyObject *FastLock_acquire(FastLockObject *self, PyObject *Py_UNUSED(ignored))
 {
     if (!self->locked) {
@@ -85,11 +117,29 @@ static PyObject *FastLock_acquire(FastLockObject *self, PyObject *Py_UNUSED(igno
         Py_RETURN_NONE;
     }
     self->waiters++;
+    int poll = FastLock_ask(self);   /* (may let the GIL go) */
+    if (poll < 0) {
+        self->waiters--;
+        return NULL;
+    }
     for (;;) {
         PyLockStatus r;
+        if (!self->locked) {   /* freed while the hook ran, or at the end of a slice */
+            self->locked = 1;
+            self->waiters--;   /* (a post left outstanding wakes a waiter, who sleeps again) */
+            Py_RETURN_NONE;
+        }
         Py_BEGIN_ALLOW_THREADS
-        r = PyThread_acquire_lock_timed(self->wake, -1, 1);
+        r = PyThread_acquire_lock_timed(self->wake, poll ? POLL_US : -1, 1);
         Py_END_ALLOW_THREADS
+        if (r == PY_LOCK_FAILURE && poll) {   /* a slice ended: ask the hook again */
+            poll = FastLock_ask(self);
+            if (poll < 0) {
+                self->waiters--;
+                return NULL;
+            }
+            continue;
+        }
         if (r == PY_LOCK_ACQUIRED) {
             self->posted = 0;
             if (!self->locked) {
@@ -166,6 +216,12 @@ static PyObject *FastLock_repr(FastLockObject *self)
     return PyUnicode_FromString(self->locked ? "<FastLock locked>" : "<FastLock unlocked>");
 }
 
+static PyMemberDef FastLock_members[] = {
+    {"stream_waits", T_PYSSIZET, offsetof(FastLockObject, stream_waits), 0,
+     "How many waits for streams the holder is in (accelrt.memory._lock.StreamWait)."},
+    {NULL, 0, 0, 0, NULL},
+};
+
 static PyMethodDef FastLock_methods[] = {
     {"acquire", (PyCFunction)FastLock_acquire, METH_NOARGS,
      "Block until the lock is free, then take it."},
@@ -194,7 +250,26 @@ static PyTypeObject FastLockType = {
     .tp_doc = "A non-reentrant mutex (accelrt.memory._lock.FastLock, in C).",
     .tp_weaklistoffset = offsetof(FastLockObject, weakreflist),
     .tp_methods = FastLock_methods,
+    .tp_members = FastLock_members,
     .tp_new = FastLock_new,
+};
+
+static PyObject *set_contention_hook(PyObject *Py_UNUSED(module), PyObject *hook)
+{
+    if (hook != Py_None && !PyCallable_Check(hook)) {
+        PyErr_SetString(PyExc_TypeError, "set_contention_hook: the hook must be callable or None");
+        return NULL;
+    }
+    PyObject *old = Hook;
+    Hook = hook == Py_None ? NULL : Py_NewRef(hook);
+    Py_XDECREF(old);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef module_methods[] = {
+    {"set_contention_hook", set_contention_hook, METH_O,
+     "set_contention_hook(hook): call hook(lock) on a contended acquire (None: never)."},
+    {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module = {
@@ -202,6 +277,7 @@ static struct PyModuleDef module = {
     .m_name = "accelrt.memory._lock_c",
     .m_doc = "The allocator's mutex in C (the compiled build's accelrt.memory._lock.FastLock).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__lock_c(void)

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Final, SupportsIndex
 
 from .. import _checked
 from .._errors import OutOfMemoryError, type_shown
+from .._stream_callback import refuse
 from .._fork import reinit_after_fork
 from .._handles import DevicePtr, EventHandle, StreamHandle
 from ._config import AllocatorConfig, check_fraction
@@ -310,6 +311,7 @@ class MallocAsyncAllocator(ReplacedAllocator):
     def empty_cache(self, pool_id: tuple[int, int] | None = None) -> None:
         """Synchronize the device and release every unused byte of its pool
         (``cudaDeviceSynchronize`` + ``cudaMemPoolTrimTo(pool, 0)``)."""
+        refuse("empty_cache")   # (it waits for the streams: not from a host function)
         with self._alock:
             if not self._initialized:
                 return

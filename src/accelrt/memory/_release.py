@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from ._block import DEFAULT_POOL, Block, BlockPool, fl_first_ge
 from ._config import NO_SPLIT_LIMIT
 from ._history import CTX_ALL, capture_frames
+from ._lock import StreamWait
 from ._pools import raw_free, report_finalizer_error
 
 if TYPE_CHECKING:
@@ -51,7 +52,8 @@ def release_block(a: AllocatorCore, blk: Block) -> None:
     st = a._stats
     st.count_pool_reserved(pool.owner, pool.type_index, -size)
     st.count_segment(pool.type_index, size, size >= a._max_split_size, False)
-    raw_free(a._b, a._index, blk)
+    with StreamWait(a._lock):   # (the free waits for the streams' work on the memory)
+        raw_free(a._b, a._index, blk)
 
 
 def release_available_cached_blocks(a: AllocatorCore, pool: BlockPool, stream: int,

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..._backend import Capabilities
+from ..._stream_callback import refuse
 from ..._errors import DeviceError, map_backend_errors
 from ..._fork import reinit_after_fork
 from ..._handles import DevicePtr, EventHandle, GraphHandle, StreamHandle
@@ -146,7 +147,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         self._handles = itertools.count(1)
         # the first exception of each stream's work, raised by its next synchronization
         self._kept: KeptErrors[CpuStream] = KeptErrors()
-        self._default = [CpuStream(i, 0, 0, self._kept) for i in range(n)]
+        self._default = [CpuStream(i, 0, 0, self._kept, self.name) for i in range(n)]
         self._streams: dict[int, CpuStream] = {}      # guarded by _lock (writes)
         # destroyed streams whose queued work may still run (CUDA's model: the work completes,
         # and free, vm_unmap and synchronize wait for it); see _retiring
@@ -585,7 +586,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         priority = min(_PRIORITY_LEAST, max(_PRIORITY_GREATEST, priority))
         with self._lock:
             handle = next(self._handles)
-            self._streams[handle] = CpuStream(index, handle, priority, self._kept)
+            self._streams[handle] = CpuStream(index, handle, priority, self._kept, self.name)
             self._valid[index].add(handle)
         return StreamHandle(handle)
 
@@ -637,6 +638,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
             s = self._stream(index, stream)
             self._check_not_capturing(s, "stream_synchronize")
             if self._async:
+                refuse("stream_synchronize")
                 s.wait(s.submitted)
                 self._raise_kept((s,))
         if self._mempools:
@@ -698,6 +700,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
             self._check_sync_allowed(index)
         streams += self._retiring(index)   # destroyed streams' work completes first too
         if self._async:
+            refuse("synchronize")
             for s in streams:
                 s.wait(s.submitted)
             self._raise_kept(streams)
@@ -831,6 +834,7 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
         if event_idle(self._events, index, event):
             return   # the common case, compiled: a live event with no pending record
         ev = self._event(event, index)
+        refuse("event_synchronize")   # (a host function's thread must not wait)
         if ev.ipc is not None:
             ev.ipc.wait(ev.ipc.target())
             return

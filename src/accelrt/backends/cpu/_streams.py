@@ -26,6 +26,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ... import _stream_callback
 from ..._errors import DeviceError
 from .._common import KeptErrors, reset_in_child, stream_failed
 from ._live import CpuEvent   # (compiled in the compiled build)
@@ -49,6 +50,8 @@ class CpuStream:
         priority: its priority (as CUDA: lower is higher; informational here).
         kept: where the first exception of its work is kept (its backend's; default: a new
             one of its own).
+        name: its backend's registered name (the worker thread runs host functions of
+            "stream 0x1 of cpu:0": :mod:`accelrt._stream_callback`).
     """
 
     __slots__ = (
@@ -59,6 +62,7 @@ class CpuStream:
         "device",
         "handle",
         "kept",
+        "name",
         "priority",
         "queue",
         "submitted",
@@ -66,8 +70,9 @@ class CpuStream:
     )
 
     def __init__(self, device: int, handle: int, priority: int,
-                 kept: KeptErrors[CpuStream] | None = None) -> None:
+                 kept: KeptErrors[CpuStream] | None = None, name: str = "cpu") -> None:
         self.device = device
+        self.name = name
         self.kept: KeptErrors[CpuStream] = KeptErrors() if kept is None else kept
         self.handle = handle
         self.priority = priority
@@ -115,6 +120,8 @@ class CpuStream:
 
     def _run(self) -> None:
         queue, cv = self.queue, self.cv
+        # every piece of work here runs in stream order: what waits for streams is refused
+        _stream_callback.enter(f"stream {self.handle:#x} of {self.name}:{self.device}")
         while True:
             with cv:
                 while not queue:

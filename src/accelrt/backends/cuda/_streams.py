@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ... import _stream_callback
 from ..._errors import DeviceError, type_shown
 from ..._fork import reinit_after_fork
 from ..._handles import EventHandle, StreamHandle
@@ -86,6 +87,8 @@ def _host_trampoline(user_data: int | None) -> None:
     if entry is None:
         return
     fn, errors, where = entry
+    # (the driver's thread runs it in stream order: what waits for streams is refused there)
+    prev = _stream_callback.enter(f"stream {where[1]:#x} of cuda:{where[0]}")
     try:
         fn()
     except BaseException as exc:  # noqa: BLE001 - a driver thread cannot propagate it
@@ -95,6 +98,8 @@ def _host_trampoline(user_data: int | None) -> None:
             import logging   # the "accelrt" logger; with no handler it reaches stderr
             logging.getLogger("accelrt.cuda").exception(
                 "a host function launched with launch_host_func raised:")
+    finally:
+        _stream_callback.leave(prev)
 
 
 # One C trampoline for the whole process, kept alive forever; the callable is found by key.
@@ -259,6 +264,7 @@ class CudaStreams:
         return False
 
     def stream_synchronize(self, index: int, stream: StreamHandle) -> None:
+        _stream_callback.refuse("stream_synchronize")   # (never from a host function)
         stream = self.check_stream(self._use(index), stream)
         self._not_capturing(stream, "synchronize")
         check(self._drv.cuStreamSynchronize(stream), "cuStreamSynchronize")
@@ -286,6 +292,7 @@ class CudaStreams:
         return True
 
     def synchronize(self, index: int) -> None:
+        _stream_callback.refuse("synchronize")
         self._use(index)
         if index in self._capturing.values():
             raise DeviceError(f"cuda: cannot synchronize cuda:{index} while one of its streams "
@@ -373,6 +380,7 @@ class CudaStreams:
         return self._done(self._drv.cuEventQuery, event, "cuEventQuery")
 
     def event_synchronize(self, index: int, event: EventHandle) -> None:
+        _stream_callback.refuse("event_synchronize")
         self._use(index)
         rec = self._check_event(event)
         if rec[2]:

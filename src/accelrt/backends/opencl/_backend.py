@@ -33,6 +33,7 @@ from ..._backend import Capabilities
 from ..._errors import BackendUnavailableError, DeviceError, map_backend_errors
 from ..._fork import reinit_after_fork
 from ..._handles import DevicePtr, EventHandle, StreamHandle
+from ..._stream_callback import refuse
 from ..cpu._memory import HostMemory
 from ._discovery import (FORKED_MSG, import_cl, list_devices, memory_mode_setting,
                          unavailable_reason)
@@ -461,7 +462,10 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
         return streams
 
     def _finish(self, index: int) -> None:
+        me = threading.current_thread()
         for s in self._device_streams(index):
+            if s.worker is not None and s.worker.thread is me:
+                continue   # (a host function of s frees: s's queue waits for it, as cpu's)
             with map_backend_errors(self.name, "synchronize"):
                 s.queue.finish()
             s.drop_completed()
@@ -493,7 +497,8 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
             s.queue.flush()
         with s.lock:
             if s.worker is None:
-                s.worker = HostWorker(cl, f"accelrt-opencl{s.device}-stream{s.handle}", s.keep)
+                s.worker = HostWorker(cl, f"accelrt-opencl{s.device}-stream{s.handle}", s.keep,
+                                      f"stream {s.handle:#x} of {self.name}:{s.device}")
             worker = s.worker
         worker.submit(marker, fn, done)
         s.track(barrier, False)
@@ -650,6 +655,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
         if self._closed:
             raise self._closed_error("stream_synchronize")
         s = self._stream(index, stream)
+        refuse("stream_synchronize")   # (a host function's thread must not wait)
         with map_backend_errors(self.name, "stream_synchronize"):
             s.queue.finish()
         s.drop_completed()
@@ -679,6 +685,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
         if self._closed:
             raise self._closed_error("synchronize")
         streams = self._device_streams(self._check_index(index))
+        refuse("synchronize")
         for s in streams:
             with map_backend_errors(self.name, "synchronize"):
                 s.queue.finish()
@@ -731,6 +738,7 @@ class OpenCLBackend(TableBackend[ClStream, ClEvent]):
         ev = self._event(event, index)
         if ev.marker is None:
             return
+        refuse("event_synchronize")
         with map_backend_errors(self.name, "event_synchronize"):
             ev.marker.wait()
         self._status(ev, "event_synchronize")

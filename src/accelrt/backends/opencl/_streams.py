@@ -21,6 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from ... import _stream_callback
 from ..._fork import reinit_after_fork
 from .._common import KeptErrors
 
@@ -36,11 +37,15 @@ class HostWorker:
         cl: the pyopencl module.
         name: thread name.
         keep: called with an exception raised by a function (or a failed marker).
+        where: the stream, as :mod:`accelrt._stream_callback` names it ("stream 0x1 of
+            opencl:0"): the thread runs host functions in its order.
     """
 
-    def __init__(self, cl: Any, name: str, keep: Callable[[BaseException], None]) -> None:
+    def __init__(self, cl: Any, name: str, keep: Callable[[BaseException], None],
+                 where: str = "") -> None:
         self._cl = cl
         self._keep = keep
+        self._where = where or name
         self._cv = reinit_after_fork(threading.Condition(threading.Lock()))
         self._items: deque[Any] = deque()             # guarded by _cv
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
@@ -60,6 +65,7 @@ class HostWorker:
 
     def _run(self) -> None:
         complete = self._cl.command_execution_status.COMPLETE
+        _stream_callback.enter(self._where)   # what waits for streams is refused here
         while True:
             with self._cv:
                 while not self._items:
