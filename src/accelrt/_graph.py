@@ -290,7 +290,7 @@ class Graph:
                     and s != b.default_stream(index)
                     and b.stream_is_capturing(index, StreamHandle(s)))
 
-        a.begin_allocate_to_pool(pid, stream_filter)
+        a.begin_allocate_to_pool(pid, stream_filter, capture=True)
         try:
             if capture_error_mode != "default" and b.capabilities(index).graph_capture_modes:
                 b.graph_capture_begin_mode(index, stream, capture_error_mode)
@@ -544,19 +544,11 @@ class Graph:
                               "instead of using a closed one")
 
     def __enter__(self) -> None:
-        """Synchronize the device, empty the device and pinned-host caches, and begin
-        capturing on the current stream (``torch.accelerator.Graph.__enter__``)."""
+        """Synchronize the device, empty every device's cache and the pinned-host cache, and
+        begin capturing on the current stream (``torch.accelerator.Graph.__enter__``)."""
         self._check_open()
         b = _graph_backend(self._backend_name)
-        index = _tls.device.get(b.name, 0)
-        _stream._synchronize(b, index)   # as torch: not a checked sync
-        from .memory import _allocator, _host
-        a = _allocator.peek_allocator(b.name, index)
-        if a is not None:
-            a.empty_cache()
-        host = _host.peek_host_allocator(b.name)
-        if host is not None:
-            host.empty_cache()
+        _free_for_capture(b, _tls.device.get(b.name, 0))
         self.capture_begin()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
@@ -879,11 +871,24 @@ class DeviceGraph(Graph):
         return g
 
 
+def _free_for_capture(b: Backend, index: int) -> None:
+    """What torch's capture entries (``accelerator.Graph``, ``cuda.graph``) do first: sync the
+    device (not a checked sync; no ``gc.collect()``, as torch 2.15 without
+    ``force_cudagraph_gc``), then empty every device's cache (PyTorch's ``emptyCache``
+    empties every device's allocator) and the pinned host cache."""
+    _stream._synchronize(b, index)
+    from .memory import _host, _registry
+    _registry.empty_backend_cache(b)
+    host = _host.peek_host_allocator(b.name)
+    if host is not None:
+        host.empty_cache()
+
+
 class graph:
     """Context manager that captures the work of its body into ``cuda_graph``
     (``torch.cuda.graph``).
 
-    It synchronizes the device and empties the allocator's cache, then captures on
+    It synchronizes the device and empties every device's cache and the host's, then captures on
     ``stream`` (default: a side stream of the current device of the graph's backend, shared
     by all ``graph`` contexts there; ``accelrt.graph(accelrt.cpu.Graph())`` captures cpu
     work whatever the current accelerator) with allocations going to the graph's pool.
@@ -973,12 +978,7 @@ class graph:
     def __enter__(self) -> None:
         s = self.capture_stream
         b, index = s._b, s._index
-        # not a checked sync; no gc.collect(), as torch 2.15 without force_cudagraph_gc
-        _stream._synchronize(b, index)
-        from .memory import _allocator
-        a = _allocator.peek_allocator(b.name, index)
-        if a is not None:
-            a.empty_cache()
+        _free_for_capture(b, index)
         s.__enter__()
         try:
             self.cuda_graph._begin(b, index, s, self.pool, self.capture_error_mode)

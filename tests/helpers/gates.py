@@ -96,10 +96,13 @@ def _blocked(ident: int, native_id: int, seen: list[tuple[int, int]]) -> bool:
 
 
 @contextmanager
-def open_when_blocked(gate: Gate, thread: threading.Thread | None = None) -> Iterator[None]:
+def open_when_blocked(gate: Gate, thread: threading.Thread | None = None, *,
+                      open_on_exit: bool = True) -> Iterator[None]:
     """Within the block, a helper thread opens ``gate`` once ``thread`` (default: the
     calling thread) is blocked inside accelrt; on exit the helper stops (and the gate is
-    opened in any case, so no stream stays blocked)."""
+    opened in any case, so no stream stays blocked, unless ``open_on_exit=False``: then a
+    call that never blocked leaves the gate closed, and ``gate.event.is_set()`` tells
+    whether it blocked)."""
     target = thread or threading.current_thread()
     ident, native_id = target.ident, target.native_id
     assert ident is not None and native_id is not None
@@ -119,5 +122,6 @@ def open_when_blocked(gate: Gate, thread: threading.Thread | None = None) -> Ite
         yield
     finally:
         stop.set()
-        gate.open()
         helper.join()
+        if open_on_exit:
+            gate.open()

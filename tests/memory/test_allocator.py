@@ -674,7 +674,7 @@ def test_capture_defers_record_stream_frees():
     a, b = make(auto_complete=False)
     p = a.malloc(4096, 0)
     a.record_stream(p, 1)
-    a.begin_allocate_to_pool((9, 9))
+    a.begin_allocate_to_pool((9, 9), capture=True)
     a.free(p)                                   # deferred until no capture is underway
     assert b.calls(0)["event_record"] == 0
     a.end_allocate_to_pool((9, 9))

@@ -67,7 +67,7 @@ def test_a_deferred_free_whose_event_fails_leaves_no_cycle(no_gc: None) -> None:
     alloc = DeviceCachingAllocator(b, 0, AllocatorConfig())
     s = b.stream_create(0, 0)
     alloc.create_pool((1, 1))
-    alloc.begin_allocate_to_pool((1, 1))
+    alloc.begin_allocate_to_pool((1, 1), capture=True)
     p = alloc.malloc(1 << 20, 0)
     alloc.record_stream(p, s)
     alloc.free(p)                                  # deferred: the capture is on

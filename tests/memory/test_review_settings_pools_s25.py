@@ -684,17 +684,19 @@ def test_mem_pool_with_a_pluggable_allocator(current: str) -> None:
 
 
 def test_empty_cache_while_a_pool_is_in_use(current: str) -> None:
-    """While any use_mem_pool context is open on the device, empty_cache keeps the default
-    pool's cache (PyTorch: ``release_cached_blocks`` with captures underway)."""
+    """A use_mem_pool context open on the device does not stop empty_cache from giving back
+    the default pool's cache: torch 2.15's ``release_cached_blocks`` skips the default pools
+    only while a graph captures (``markCaptureBegin``), not for a mere pool routing (older
+    PyTorch skipped them while any ``beginAllocateToPool`` was in force, and so did this
+    test until session 40)."""
     d = f"{current}:0"
     cached = memory.caching_allocator_alloc(MiB, d)
     memory.caching_allocator_delete(cached)
     pool = memory.MemPool()
     with memory.use_mem_pool(pool):
         memory.empty_cache()
-        assert memory.memory_reserved(d) == 2 * MiB
-    memory.empty_cache()
-    assert memory.memory_reserved(d) == 0
+        assert memory.memory_reserved(d) == 0
+    assert memory.memory_stats(d)["num_sync_all_streams"] == 1
 
 
 @pytest.mark.parametrize("duplicate", [copy.copy, copy.deepcopy, pickle.dumps])

@@ -384,12 +384,10 @@ class MemoryFunctions(ModuleBase):
             >>> acc.cpu.empty_cache()
         """
         from .._stream_callback import refuse
-        from ..memory._allocator import peek_allocator
+        from ..memory._registry import empty_backend_cache
         refuse("empty_cache")   # (it waits for the streams: not from a host function)
-        for i in range(self.device_count()):
-            a = peek_allocator(self.name, i)
-            if a is not None:
-                a.empty_cache()
+        if self.device_count():     # (0, never an error, where the backend cannot be used)
+            empty_backend_cache(self._b())
 
     def set_per_process_memory_fraction(self, fraction: float,
                                         device: DeviceLike = None) -> None:

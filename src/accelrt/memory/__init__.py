@@ -43,6 +43,7 @@ from .._namespace import public_dir
 from . import _allocator as _allocator_module
 from . import _host
 from ._allocator import DeviceCachingAllocator, get_allocator, peek_allocator
+from ._registry import empty_backend_cache
 from ._config import get_allocator_settings, get_config, reported_size, set_allocator_settings
 from ._history import check_history_args
 from ._pluggable import PluggableAllocator, change_current_allocator, get_allocator_backend
@@ -126,12 +127,8 @@ def empty_cache() -> None:
     """
     refuse("empty_cache")   # (it waits for the streams: not from a host function)
     b = _device._current()
-    if b is None:
-        return
-    for i in range(b.device_count()):
-        a = peek_allocator(b.name, i)
-        if a is not None:
-            a.empty_cache()
+    if b is not None:
+        empty_backend_cache(b)
 
 
 def memory_stats(device: DeviceLike = None, /) -> collections.OrderedDict[str, int]:

@@ -381,20 +381,17 @@ class DeviceCachingAllocator:
         else:
             rounded = self._round_size(size)
         pools = self._pools
-        if pools.captures:
-            pool = pools.pool_for(rounded, stream) or (
-                self._small if rounded <= K_SMALL_SIZE and not self._page_reuse
-                else self._large)
-        else:
+        if not pools.capturing:   # (frees wait while a graph captures; not for use_mem_pool)
             frees = self._stream_frees
             if frees.events or frees.deferred:
-                frees.process()   # (frees wait while a capture is on)
-            # the low-fragmentation policy serves every request from the large pool: it maps
-            # memory page by page, so the small pool's reason (small blocks kept out of large
-            # segments) is gone, and one pool lets small blocks fill the partial pages and
-            # holes that large blocks leave (docs/memory.md, rule 6)
-            pool = (self._small if rounded <= K_SMALL_SIZE and not self._page_reuse
-                    else self._large)
+                frees.process()
+        routed = pools.pool_for(rounded, stream) if pools.captures else None
+        # the low-fragmentation policy serves every request from the large pool: it maps
+        # memory page by page, so the small pool's reason (small blocks kept out of large
+        # segments) is gone, and one pool lets small blocks fill the partial pages and
+        # holes that large blocks leave (docs/memory.md, rule 6)
+        pool = routed if routed is not None else (
+            self._small if rounded <= K_SMALL_SIZE and not self._page_reuse else self._large)
         h = self._history
         frames = capture_frames() if h is not None and h.context else None
         blk = get_free_block(self, pool, stream, rounded)
@@ -837,10 +834,11 @@ class DeviceCachingAllocator:
 
     # ------------------------------------------------------------------ private pools
     def begin_allocate_to_pool(self, pool_id: tuple[int, int],
-                               stream_filter: Callable[[int], bool] | None = None) -> None:
-        """Route allocations to private pool ``pool_id``
+                               stream_filter: Callable[[int], bool] | None = None,
+                               capture: bool = False) -> None:
+        """Route allocations to private pool ``pool_id``, for a graph capture if ``capture``
         (:func:`._pools.begin_allocate_to_pool`)."""
-        begin_allocate_to_pool(self, pool_id, stream_filter)
+        begin_allocate_to_pool(self, pool_id, stream_filter, capture)
 
     def end_allocate_to_pool(self, pool_id: tuple[int, int]) -> None:
         """Stop routing allocations to ``pool_id`` (:func:`._pools.end_allocate_to_pool`)."""

@@ -87,9 +87,9 @@ class StreamFrees:
 
     def free_later(self, blk: Block) -> None:
         """A free of ``blk`` (recorded on other streams; stats already counted it pending):
-        defer it during a capture, else record its events."""
+        defer it during a graph capture, else record its events."""
         alloc = self._alloc
-        if alloc._pools.captures:
+        if alloc._pools.capturing:
             self.deferred.append(blk)
             alloc._update_simple()
         else:
@@ -218,7 +218,7 @@ class StreamFrees:
         alloc = self._alloc
         if only is None:
             alloc._stats.num_sync_all_streams += 1
-        if self.deferred and not alloc._pools.captures:
+        if self.deferred and not alloc._pools.capturing:
             self.insert_deferred()
         b = alloc._b
         try:

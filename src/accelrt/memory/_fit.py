@@ -104,8 +104,9 @@ def get_free_block(a: DeviceCachingAllocator, pool: BlockPool, stream: int,
 
 
 def take_from_oom_pool(a: DeviceCachingAllocator, stream: int, rounded: int) -> Block | None:
-    """PyTorch's last resort before an out-of-memory error, for a request outside private
-    pools: the best-fit cached block on ``stream`` of the first live private pool made with
+    """PyTorch's fallback for a request outside private pools that a new segment cannot
+    serve (before the cache is released): the best-fit cached block on ``stream`` of the first
+    live private pool made with
     ``use_on_oom`` that has one (from its small or large pool by size), or ``None``. The
     block stays the private pool's: its free returns it there."""
     for pp in a._pools.private.values():
@@ -128,16 +129,20 @@ def alloc_slow(a: DeviceCachingAllocator, pool: BlockPool, stream: int, rounded:
     blk = alloc_block(a, pool, stream, rounded, alloc_size, False, frames)
     if blk is not None or a._rejected:
         return blk
+    if pool.owner is None:
+        # a use_on_oom pool's cached block comes before the costly releases (torch 2.15's
+        # try_mempool_fallback, the first step after the failed allocation)
+        blk = take_from_oom_pool(a, stream, rounded)
+        if blk is not None:
+            return blk
     if release_available_cached_blocks(a, pool, stream, rounded):
         blk = alloc_block(a, pool, stream, rounded, alloc_size, False, frames)
         if blk is not None:
             return blk
-    if not a._pools.captures:
+    if not a._pools.capturing:   # (PyTorch 2.15: a use_mem_pool routing releases too)
         a._oom.check_retry_sync()   # sync debug mode: the release below waits for events
         release_cached_blocks(a, DEFAULT_POOL)
         blk = alloc_block(a, pool, stream, rounded, alloc_size, True, frames)
-    if blk is None and not a._rejected and pool.owner is None:
-        blk = take_from_oom_pool(a, stream, rounded)
     return blk
 
 

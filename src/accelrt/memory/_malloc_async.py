@@ -390,7 +390,8 @@ class MallocAsyncAllocator(ReplacedAllocator):
 
     # ------------------------------------------------------------------ captures and pools
     def begin_allocate_to_pool(self, pool_id: tuple[int, int],
-                               stream_filter: Callable[[int], bool] | None = None) -> None:
+                               stream_filter: Callable[[int], bool] | None = None,
+                               capture: bool = False) -> None:
         """A capture begins: allocations made now belong to it; frees of older allocations
         wait until it ends (PyTorch's notifyCaptureBegin)."""
         with self._alock:

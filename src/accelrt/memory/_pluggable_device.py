@@ -87,7 +87,8 @@ class PluggableDeviceAllocator(ReplacedAllocator):
 
     # private pools: the library has no pool functions, so these do nothing (as PyTorch's)
     def begin_allocate_to_pool(self, pool_id: tuple[int, int],
-                               stream_filter: Callable[[int], bool] | None = None) -> None:
+                               stream_filter: Callable[[int], bool] | None = None,
+                               capture: bool = False) -> None:
         """No-op."""
 
     def end_allocate_to_pool(self, pool_id: tuple[int, int]) -> None:

@@ -74,6 +74,11 @@ class PrivatePools:
             by ``empty_cache``).
         captures: ``(pool id, stream filter)`` of each active ``begin_allocate_to_pool``, in
             order (the last accepting one wins).
+        capturing: the pool ids among them routed to by a graph capture (PyTorch 2.15's
+            ``markCaptureBegin``/``markCaptureEnd``). Only these make the allocator behave as
+            under capture (no event processing or waits, frees on other streams deferred, no
+            cache release before an out-of-memory error): a ``use_mem_pool`` routing does
+            not.
         retired: ``(pool, twin)`` for each pool (``None``: the default one) that had segments
             shared with another process by a ``fork``: the twin (a pool of the same id, never
             allocated from) holds them (:func:`retire_segments`).
@@ -89,13 +94,14 @@ class PrivatePools:
         (True, None, [(1, 1)])
     """
 
-    __slots__ = ("_stats", "captures", "freeable", "private", "retired")
+    __slots__ = ("_stats", "captures", "capturing", "freeable", "private", "retired")
 
     def __init__(self, stats: DeviceStats) -> None:
         self._stats = stats
         self.private: dict[tuple[int, int], PrivatePool] = {}
         self.freeable: dict[tuple[int, int], PrivatePool] = {}
         self.captures: list[tuple[tuple[int, int], Callable[[int], bool] | None]] = []
+        self.capturing: list[tuple[int, int]] = []
         self.retired: list[tuple[PrivatePool | None, PrivatePool]] = []
 
     def retired_twin(self, owner: PrivatePool | None) -> PrivatePool:
@@ -118,21 +124,26 @@ class PrivatePools:
                 return pp.small if rounded <= K_SMALL_SIZE else pp.large
         return None
 
-    def begin(self, pool_id: tuple[int, int], stream_filter: Callable[[int], bool] | None
-              ) -> None:
-        """Start routing to ``pool_id`` (created, or one more reference)."""
+    def begin(self, pool_id: tuple[int, int], stream_filter: Callable[[int], bool] | None,
+              capture: bool = False) -> None:
+        """Start routing to ``pool_id`` (created, or one more reference), for a graph
+        capture if ``capture``."""
         for pid, _ in self.captures:
             if pid == pool_id:
                 raise RuntimeError(f"begin_allocate_to_pool: already allocating to pool "
                                    f"{pool_id}")
         self.create(pool_id)
         self.captures.append((pool_id, stream_filter))
+        if capture:
+            self.capturing.append(pool_id)
 
     def end(self, pool_id: tuple[int, int]) -> bool:
         """Stop routing to ``pool_id``; False if it was not routed to."""
         for i, (pid, _) in enumerate(self.captures):
             if pid == pool_id:
                 del self.captures[i]
+                if pool_id in self.capturing:
+                    self.capturing.remove(pool_id)
                 return True
         return False
 
@@ -272,9 +283,12 @@ def retire_segments(a: AllocatorCore) -> int:
 # (the DeviceCachingAllocator methods of the same names call these)
 
 def begin_allocate_to_pool(a: AllocatorCore, pool_id: tuple[int, int],
-                           stream_filter: Callable[[int], bool] | None = None) -> None:
+                           stream_filter: Callable[[int], bool] | None = None,
+                           capture: bool = False) -> None:
     """Route allocations on streams accepted by ``stream_filter`` (all streams if
-    ``None``) to private pool ``pool_id``, creating it or taking a reference to it.
+    ``None``) to private pool ``pool_id``, creating it or taking a reference to it;
+    ``capture``: for a graph capture (the allocator then behaves as under capture until the
+    routing ends: :class:`PrivatePools`' ``capturing``).
 
     Raises:
         TypeError: bad ``pool_id`` or a non-callable filter.
@@ -297,7 +311,7 @@ def begin_allocate_to_pool(a: AllocatorCore, pool_id: tuple[int, int],
         raise TypeError(f"stream_filter must be callable or None, got {stream_filter!r}")
     with a._lock:
         a.settle_locked()   # a queued release_pool of this id comes first
-        a._pools.begin(pool_id, stream_filter)
+        a._pools.begin(pool_id, stream_filter, capture)
         a._update_simple()
 
 

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from .._backend import Backend
     from ._allocator import DeviceCachingAllocator
 
-__all__ = ["all_allocators", "caching_enabled", "get_allocator", "peek_allocator",
-           "set_caching"]
+__all__ = ["all_allocators", "caching_enabled", "empty_backend_cache", "get_allocator",
+           "peek_allocator", "set_caching"]
 
 _lock = reinit_after_fork(threading.Lock())
 _allocators: dict[tuple[str, int], DeviceCachingAllocator] = {}   # guarded by _lock
@@ -122,6 +122,23 @@ def peek_allocator(name: str, index: int) -> DeviceCachingAllocator | None:
         True
     """
     return _allocators.get((name, index))
+
+
+def empty_backend_cache(backend: Backend) -> None:
+    """Release the unused cached memory of every started device of ``backend``, as PyTorch's
+    ``emptyCache`` empties the allocator of every device (``empty_cache()``, the device
+    modules' ``empty_cache()``, a graph's capture entry).
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._registry import empty_backend_cache
+        >>> empty_backend_cache(get_backend("cpu"))
+    """
+    for i in range(backend.device_count()):
+        a = peek_allocator(backend.name, i)
+        if a is not None:
+            a.empty_cache()
 
 
 def all_allocators() -> list[DeviceCachingAllocator]:
