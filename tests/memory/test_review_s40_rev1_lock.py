@@ -15,11 +15,14 @@ from pathlib import Path
 
 import pytest
 
+import accelrt
 from accelrt.memory._lock import PyFastLock
 from tests.helpers.builds import both_builds_params
 
 IMPLS = both_builds_params(PyFastLock, "accelrt.memory._lock_c", "FastLock")
-SRC = str(Path(__file__).resolve().parents[2] / "src")
+#: the folder holding the accelrt under test (the source tree, or the installed compiled build
+#: CI tests, whose C lock the source tree lacks): the child imports the same one
+SRC = str(Path(accelrt.__file__).resolve().parents[1])
 
 CHILD = textwrap.dedent("""
     import sys, threading
