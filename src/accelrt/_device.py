@@ -800,7 +800,21 @@ def current_device_index() -> int:
 
 
 def _set_index(b: Backend, index: int) -> None:
+    """Make ``index`` the calling thread's current device of ``b`` (``torch.cuda.set_device``:
+    a backend that follows the current device makes its context current first, creating it
+    if needed; if that raises, nothing changed)."""
+    if b.follows_current_device and _tls.device.get(b.name, 0) != index:
+        b.set_current_device(index, True)
     _tls.device[b.name] = index
+
+
+def _device_switched(name: str, index: int, create: bool) -> None:
+    """The calling thread's current device of backend ``name`` changed to ``index`` (the exit
+    of a device or stream context): tell the backend if it follows the current device
+    (:meth:`Backend.set_current_device`; ``create`` False: PyTorch's ``MaybeSetDevice``)."""
+    b = _backend.get_backend(name)
+    if b.follows_current_device:
+        b.set_current_device(index, create)
 
 
 def set_device_index(device: DeviceLike, /) -> None:
@@ -828,12 +842,15 @@ def set_device_index(device: DeviceLike, /) -> None:
         b = _current_backend if _current_backend is not None else _require_current()
         if device >= b.device_count():
             _check_index(b, device)
+        if b.follows_current_device:   # cuda: its context follows (only on a change)
+            _set_index(b, device)
+            return
         _tls.device[b.name] = device
         return
     if isinstance(device, int) and not isinstance(device, bool) and _plain_int(device) < 0:
         return
     b, idx = _get_current_device_index(device, optional=False)
-    _tls.device[b.name] = idx
+    _set_index(b, idx)
 
 
 # the compiled core (its enter and exit, the devices' keys, _lazy_init) imports _tls,

@@ -6,7 +6,8 @@ checks the user's argument with accelrt's own message (a compiled one would refu
 type with mypyc's first), and the docstring users read. In the compiled build this core is a
 native class that allows interpreted subclasses; in the pure build a plain class with
 ``__slots__``, so nothing changes there. ``_device`` imports this module after defining what
-it imports from there (``_tls``, ``_check_index``, ``_require_current``).
+it imports from there (``_tls``, ``_check_index``, ``_require_current``,
+``_device_switched``).
 
 Example::
 
@@ -22,7 +23,8 @@ from typing import Any, ClassVar, Final, NamedTuple
 
 from . import _backend
 from . import _device as _dev
-from ._device import _bool_device, _check_index, _index_arg, _initialized, _require_current, _tls
+from ._device import (_bool_device, _check_index, _device_switched, _index_arg, _initialized,
+                      _require_current, _tls)
 from ._handles import mypyc_attr
 
 __all__: list[str] = []
@@ -178,6 +180,10 @@ class _SwitchCore:
         d, switched = _tls.switch
         bname = b.name
         prev = d.get(bname, 0)
+        if prev != idx and b.follows_current_device:
+            # cuda: the device's context becomes current first (torch's ExchangeDevice); if
+            # that raises, the block is not entered
+            b.set_current_device(idx, True)
         switched.append((self, bname, prev))
         self.prev_idx = prev
         d[bname] = idx
@@ -196,5 +202,8 @@ class _SwitchCore:
                     raise RuntimeError(f"{type(self).__name__}.__exit__ without a matching "
                                        "__enter__ in this thread; use 'with'")
                 return
-        if prev >= 0:
+        if prev >= 0 and d.get(name, 0) != prev:
             d[name] = prev
+            # cuda: back to the previous device's context, creating none (torch's
+            # MaybeExchangeDevice)
+            _device_switched(name, prev, False)

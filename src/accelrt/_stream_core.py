@@ -175,7 +175,12 @@ class _StreamCore:
         devs, streams, entered = _tls.enter
         key = self._key
         name = key[0]
-        entered.append((self, devs.get(name, 0), streams.get(key)))
+        prev = devs.get(name, 0)
+        if prev != key[1] and self._b.follows_current_device:
+            # cuda: its device's context becomes current first (torch's setDeviceIndex); if
+            # that raises, the block is not entered
+            self._b.set_current_device(key[1], True)
+        entered.append((self, prev, streams.get(key)))
         streams[key] = self
         devs[name] = key[1]
         if (self._closed or _closing[0] or self._origin is not None) \
@@ -218,6 +223,9 @@ class _StreamCore:
         key = self._key
         name = key[0]
         prev_stream, prev_dev = streams.get(key), devs.get(name, 0)
+        switch = prev_dev != key[1] and self._b.follows_current_device
+        if switch:   # cuda: its device's context becomes current first (torch's set_device)
+            self._b.set_current_device(key[1], True)
         streams[key] = self   # first the entry, then the check: see _closed_after_publish
         devs[name] = key[1]
         if (self._closed or _closing[0] or self._origin is not None) \
@@ -227,6 +235,8 @@ class _StreamCore:
             else:
                 streams[key] = prev_stream
             devs[name] = prev_dev
+            if switch:
+                self._b.set_current_device(prev_dev, False)
             self._check_open()
 
     def __exit__(self, *exc: object) -> None:
@@ -241,7 +251,11 @@ class _StreamCore:
                 del streams[key]
         else:
             streams[key] = prev_stream
-        devs[key[0]] = prev_dev
+        name = key[0]
+        if devs.get(name, 0) != prev_dev:
+            devs[name] = prev_dev
+            if self._b.follows_current_device:   # cuda: the previous device's context (torch's
+                self._b.set_current_device(prev_dev, True)   # setDeviceIndex on the exit)
 
     def _innermost(self, entered: list[tuple[Any, int, Any]]) -> int:
         """The position in the calling thread's stack of its innermost ``with self:`` block.

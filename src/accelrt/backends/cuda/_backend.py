@@ -19,11 +19,13 @@ Example::
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import threading
 import uuid as _uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from ..._backend import Backend, Capabilities
 from ..._errors import BackendUnavailableError, type_shown
@@ -79,7 +81,8 @@ class _Device:
 
 
 class _Tls(threading.local):
-    index = -1   # the device whose primary context this thread made current
+    index = -1    # the device whose primary context this thread made current (-1: none)
+    current = 0   # the thread's current device (set_current_device), as the core's
 
 
 class CudaBackend(Backend):
@@ -98,6 +101,8 @@ class CudaBackend(Backend):
     """
 
     name = "cuda"
+    #: the thread's current context follows its current device (:meth:`set_current_device`)
+    follows_current_device = True
 
     def __init__(self) -> None:
         self._closed = False   # Backend._closed on the instance: each operation reads it
@@ -205,17 +210,76 @@ class CudaBackend(Backend):
         return d
 
     def _use_any(self) -> _Device:
-        """The thread's current device, or device 0 (for context-wide calls like pinning)."""
-        index = self._tls.index
-        return self._use(max(index, 0))
+        """For context-wide calls (pinned host memory, pointer queries): the thread's current
+        device if it has a context, else the context current in the thread, else any device
+        with one, else the current device (torch's ``getDeviceIndexWithPrimaryContext``)."""
+        tls = self._tls
+        index = tls.current
+        if index not in self._devices:
+            if tls.index >= 0:
+                index = tls.index
+            elif self._devices:
+                index = min(self._devices)
+        return self._use(index)
+
+    def _has_context(self, index: int) -> bool:
+        """Whether device ``index`` has a primary context (torch's ``hasPrimaryContext``): one
+        accelrt retained, or one another library made active (retained here then, which
+        creates nothing). False while accelrt has not initialised the driver."""
+        if index in self._devices:
+            return True
+        if not self._inited:
+            return False
+        _, active = check(self._drv.cuDevicePrimaryCtxGetState(self._cu_device(index)),
+                          "cuDevicePrimaryCtxGetState")
+        if not active:
+            return False
+        self._device(index)
+        return True
+
+    def _restore(self) -> None:
+        """After an operation on another device than the thread's current one: make the
+        current device's context current again if it has one (torch's device guard restores
+        with ``MaybeSetDevice``); otherwise the operation's context stays current."""
+        tls = self._tls
+        index = tls.current
+        if self._has_context(index):
+            check(self._drv.cuCtxSetCurrent(self._devices[index].ctx), "cuCtxSetCurrent")
+            tls.index = index
 
     def init_device(self, index: int) -> None:
-        """Retain device ``index``'s primary context and make it current in this thread."""
+        """Retain device ``index``'s primary context (creating it); make it current in this
+        thread if it is the thread's current device (:meth:`set_current_device`): the raw
+        operations on another device make theirs current only while they run."""
         if self._closed:
             raise self._closed_error("init_device")
         d = self._device(index)
+        tls = self._tls
+        if index == tls.current:
+            check(self._drv.cuCtxSetCurrent(d.ctx), "cuCtxSetCurrent")
+            tls.index = index
+
+    def set_current_device(self, index: int, create: bool) -> None:
+        """Make device ``index``'s primary context current in this thread, as
+        ``torch.cuda.set_device`` (``cudaSetDevice``) does: the core calls it each time the
+        thread's current cuda device changes. ``create`` False (leaving a device context
+        manager: torch's ``MaybeSetDevice``): a device without a context gets none, and the
+        context current in the thread stays until an operation there creates it. Nothing
+        after :meth:`close`.
+
+        Raises:
+            CudaError: the driver failed.
+            BackendUnavailableError: CUDA cannot be used in this forked child.
+        """
+        if self._closed:
+            return
+        tls = self._tls
+        if not create and not self._has_context(index):
+            tls.current = index
+            return
+        d = self._device(index)
         check(self._drv.cuCtxSetCurrent(d.ctx), "cuCtxSetCurrent")
-        self._tls.index = index
+        tls.index = tls.current = index
 
     def _after_fork(self) -> None:
         """In a forked child: forget driver state; refuse CUDA if the parent initialised the
@@ -834,6 +898,43 @@ class CudaBackend(Backend):
         if self._closed:
             raise self._closed_error("elementwise_add")
         self._ops.elementwise_add(index, out, a, b, count, dtype, stream)
+
+# ---------------------------------------------------------------------- device guards
+
+#: CudaBackend's public methods that make no context current (the questions about the devices,
+#: closing, the context calls themselves); every other one runs under :func:`_guarded`
+_UNGUARDED = frozenset(("close", "unavailable_reason", "device_count", "init_device",
+                        "set_current_device", "get_device_properties", "get_device_capability",
+                        "capabilities", "arch_list", "can_access_peer"))
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _guarded(op: Callable[Concatenate[CudaBackend, _P], _R]) -> Callable[
+        Concatenate[CudaBackend, _P], _R]:
+    """``op`` as PyTorch runs an operation under a device guard: if it left another device's
+    context current than the calling thread's current device's, that device's context is made
+    current again (:meth:`CudaBackend._restore`) before it returns or raises. An operation
+    called by another (a kernel launch of ``philox_fill``) finds its device's context current
+    already and restores nothing."""
+    @functools.wraps(op)
+    def guarded(self: CudaBackend, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        tls = self._tls
+        before = tls.index
+        try:
+            return op(self, *args, **kwargs)
+        finally:
+            after = tls.index
+            if after != before and after != tls.current:
+                self._restore()
+    return guarded
+
+
+for _name, _member in list(vars(CudaBackend).items()):
+    if inspect.isfunction(_member) and not _name.startswith("_") and _name not in _UNGUARDED:
+        setattr(CudaBackend, _name, _guarded(_member))
+
 
 # ---------------------------------------------------------------------- fork safety
 
