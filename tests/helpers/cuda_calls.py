@@ -505,6 +505,11 @@ def backend_steps(b: Any, drv: Driver, nvrtc: Nvrtc) -> None:  # noqa: C901
     # leaving a device block for device 1, which has no context yet (asks the driver)
     x("set_current_device, no context", lambda: b.set_current_device(1, False))
     x("set_current_device", lambda: b.set_current_device(0, True))
+    drv.tls.ctx = CTX + 0x100      # PyTorch on device 1 calls accelrt's allocator for device 0
+    x("keeping_context", lambda: b.keeping_context(lambda: b.malloc(0, 64)))
+    if drv.current != CTX + 0x100:
+        LOG.problems.append("keeping_context: the caller's context is current again")
+    x("set_current_device back", lambda: b.set_current_device(0, True))
     x("properties", lambda: b.get_device_properties(1))
     x("capabilities", lambda: b.capabilities(0))
     x("memory_info", lambda: b.get_memory_info(1))

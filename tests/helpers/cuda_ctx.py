@@ -199,6 +199,32 @@ def other_device_ops(acc: Any, ck: Checks) -> None:
     ck.ctx("synchronize(0) after another library switched", C0)
 
 
+def torch_allocator(acc: Any, ck: Checks) -> None:
+    """accelrt's allocator serving PyTorch (:mod:`accelrt.interop.torch`): PyTorch's context
+    stays current whatever accelrt's current device (its malloc runs under PyTorch's guard
+    of the block's device, its free under none)."""
+    from accelrt.interop import _shim
+    s1 = acc.cuda.Stream(1)
+    previous = _shim._target
+    _shim._target = _shim._Target("cuda", None, True)
+    try:
+        ck.drv.tls.ctx = C1                 # PyTorch on device 1, accelrt's device is 0
+        ptr = _shim._on_malloc(1 << 20, 1, int(s1.cuda_stream))
+        ck.true("PyTorch's malloc served", bool(ptr))
+        ck.ctx("after PyTorch's malloc on cuda:1", C1)
+        ck.drv.tls.ctx = C2                 # PyTorch moved to device 2, frees the block
+        _shim._on_free(ptr, 1 << 20, 1, int(s1.cuda_stream))
+        ck.ctx("after PyTorch's free of a cuda:1 block", C2)
+        b = acc.backends.get_backend("cuda")
+        b.keeping_context(lambda: acc.cuda.synchronize(1))
+        ck.ctx("keeping_context of a synchronize(1)", C2)
+    finally:
+        _shim._target = previous
+    acc.cuda.set_device(1)
+    acc.cuda.set_device(0)
+    ck.ctx("set_device(0) after PyTorch's calls", C0)
+
+
 def threads(acc: Any, ck: Checks) -> None:
     """Threads that never touched CUDA: each starts on device 0 with nothing current."""
     def array_on_1() -> None:
@@ -230,7 +256,8 @@ def main(stub_dir: str) -> None:
     import accelrt as acc
     ck = Checks(drv)
     errors = []
-    for steps in (no_context_yet, switches, streams, other_device_ops, threads):
+    for steps in (no_context_yet, switches, streams, other_device_ops, torch_allocator,
+                  threads):
         try:
             steps(acc, ck)
         except Exception as exc:  # noqa: BLE001 - reported

@@ -53,6 +53,10 @@ _FORKED_MSG = ("Cannot re-initialize CUDA in forked subprocess. To use CUDA with
                "'spawn'))")
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
 class _Device:
     """Per-device driver state (created on first use, never destroyed)."""
 
@@ -280,6 +284,32 @@ class CudaBackend(Backend):
         d = self._device(index)
         check(self._drv.cuCtxSetCurrent(d.ctx), "cuCtxSetCurrent")
         tls.index = tls.current = index
+
+    def keeping_context(self, fn: Callable[[], _R]) -> _R:
+        """``fn()`` for a call another library makes into accelrt from its own device guard
+        (PyTorch's allocator callbacks, :mod:`accelrt.interop.torch`): the context current
+        in the thread when it began is current again when it returns or raises, whatever
+        accelrt's current device, so the caller's work stays on its GPU.
+
+        Raises:
+            CudaError: the driver failed to restore the context (after ``fn``'s own error).
+            ValueError: the instance is closed.
+        """
+        if self._closed:
+            raise self._closed_error("keeping_context")
+        drv = self._drv
+        err, before = drv.cuCtxGetCurrent()
+        if err:
+            return fn()
+        try:
+            return fn()
+        finally:
+            err, now = drv.cuCtxGetCurrent()
+            if not err and int(now) != int(before):
+                check(drv.cuCtxSetCurrent(before), "cuCtxSetCurrent")
+                ctx = int(before)
+                self._tls.index = next((i for i, d in list(self._devices.items())
+                                        if d.ctx_int == ctx), -1)
 
     def _after_fork(self) -> None:
         """In a forked child: forget driver state; refuse CUDA if the parent initialised the
@@ -904,12 +934,8 @@ class CudaBackend(Backend):
 #: CudaBackend's public methods that make no context current (the questions about the devices,
 #: closing, the context calls themselves); every other one runs under :func:`_guarded`
 _UNGUARDED = frozenset(("close", "unavailable_reason", "device_count", "init_device",
-                        "set_current_device", "get_device_properties", "get_device_capability",
+                        "set_current_device", "keeping_context", "get_device_properties", "get_device_capability",
                         "capabilities", "arch_list", "can_access_peer"))
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
 
 def _guarded(op: Callable[Concatenate[CudaBackend, _P], _R]) -> Callable[
         Concatenate[CudaBackend, _P], _R]:
