@@ -6,8 +6,10 @@ streams, events and host functions (:class:`._streams.CudaStreams`), graph captu
 (:class:`._graphs.CudaGraphs`, sharing the streams part's capturing streams) and the optional
 compute hooks ``philox_fill`` and ``elementwise_add`` (:class:`._ops.CudaOps`); NVML monitoring
 is :mod:`._nvml`, module functions ``accelrt.cuda`` calls. Discovery (:mod:`._discovery`) never
-creates a context; the primary context of a device is retained on the first raw operation and
-made current per thread.
+creates a context; the primary context of a device is retained on the first raw operation. The
+thread's current context follows its current device (:meth:`CudaBackend.set_current_device`, as
+``cudaSetDevice``), and a raw operation on another device restores it (:func:`_guarded`, torch's
+device guard).
 
 Example::
 
