@@ -457,8 +457,8 @@ class _ThreadState(threading.local):
         # previous current stream of its device or None)
         self.entered: list[tuple[Any, int, Any]] = []
         # the open ``device_index`` (and device module ``device``) blocks, innermost last:
-        # (context manager, backend name, previous index or -1 for "changed nothing")
-        self.switched: list[tuple[Any, str, int]] = []
+        # (context manager, backend name, previous index or -1 for "changed nothing", backend)
+        self.switched: list[tuple[Any, str, int, Any]] = []
         # (device, stream, inited), (device, stream, entered) and (device, switched) in one
         # thread-local lookup for the hot paths; never rebind the containers above (mutate
         # them), or these aliases go stale
@@ -806,15 +806,6 @@ def _set_index(b: Backend, index: int) -> None:
     if b.follows_current_device and _tls.device.get(b.name, 0) != index:
         b.set_current_device(index, True)
     _tls.device[b.name] = index
-
-
-def _device_switched(name: str, index: int, create: bool) -> None:
-    """The calling thread's current device of backend ``name`` changed to ``index`` (the exit
-    of a device or stream context): tell the backend if it follows the current device
-    (:meth:`Backend.set_current_device`; ``create`` False: PyTorch's ``MaybeSetDevice``)."""
-    b = _backend.get_backend(name)
-    if b.follows_current_device:
-        b.set_current_device(index, create)
 
 
 def set_device_index(device: DeviceLike, /) -> None:

@@ -6,8 +6,7 @@ checks the user's argument with accelrt's own message (a compiled one would refu
 type with mypyc's first), and the docstring users read. In the compiled build this core is a
 native class that allows interpreted subclasses; in the pure build a plain class with
 ``__slots__``, so nothing changes there. ``_device`` imports this module after defining what
-it imports from there (``_tls``, ``_check_index``, ``_require_current``,
-``_device_switched``).
+it imports from there (``_tls``, ``_check_index``, ``_require_current``).
 
 Example::
 
@@ -23,8 +22,7 @@ from typing import Any, ClassVar, Final, NamedTuple
 
 from . import _backend
 from . import _device as _dev
-from ._device import (_bool_device, _check_index, _device_switched, _index_arg, _initialized,
-                      _require_current, _tls)
+from ._device import _bool_device, _check_index, _index_arg, _initialized, _require_current, _tls
 from ._handles import mypyc_attr
 
 __all__: list[str] = []
@@ -134,7 +132,7 @@ class _SwitchCore:
     ``prev_idx`` the index the latest entry replaced (``torch.accelerator.device_index``'s
     attribute; -1 until entered). The open entries live in the entering thread's state
     (``_tls.switched``, innermost last: (context manager, backend name, previous index or -1
-    for "changed nothing")), so threads sharing one object never touch each other's.
+    for "changed nothing", backend)), so threads sharing one object never touch each other's.
 
     Both fields are typed ``object``: users may assign them, as torch's plain attributes
     (the constructors store an int or None). A compiled field typed ``int`` would refuse
@@ -167,7 +165,7 @@ class _SwitchCore:
             idx = -1 if got is None else got
         if idx < 0:
             if self._strict_exit:
-                _tls.switched.append((self, "", -1))
+                _tls.switched.append((self, "", -1, None))
             return
         name = self._backend_name
         if name is not None:
@@ -184,18 +182,18 @@ class _SwitchCore:
             # cuda: the device's context becomes current first (torch's ExchangeDevice); if
             # that raises, the block is not entered
             b.set_current_device(idx, True)
-        switched.append((self, bname, prev))
+        switched.append((self, bname, prev, b))
         self.prev_idx = prev
         d[bname] = idx
 
     def __exit__(self, *exc: object) -> None:
         d, switched = _tls.switch
         if switched and switched[-1][0] is self:
-            _, name, prev = switched.pop()
+            _, name, prev, b = switched.pop()
         else:     # left out of order, or not entered in this thread
             for i in range(len(switched) - 2, -1, -1):
                 if switched[i][0] is self:
-                    _, name, prev = switched.pop(i)
+                    _, name, prev, b = switched.pop(i)
                     break
             else:
                 if self._strict_exit:
@@ -204,6 +202,7 @@ class _SwitchCore:
                 return
         if prev >= 0 and d.get(name, 0) != prev:
             d[name] = prev
-            # cuda: back to the previous device's context, creating none (torch's
-            # MaybeExchangeDevice)
-            _device_switched(name, prev, False)
+            if b.follows_current_device:
+                # cuda: back to the previous device's context, creating none (torch's
+                # MaybeExchangeDevice)
+                b.set_current_device(prev, False)

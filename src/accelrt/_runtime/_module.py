@@ -264,7 +264,11 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         if d is None or (isinstance(d, _dev.device) and d.index is None):
             raise ValueError(f"Expected a device with a specified index or an integer, but "
                              f"got: {device}")
-        _dev._set_index(b, index_of(b, d))
+        index = index_of(b, d)
+        if b.follows_current_device:   # cuda: its context follows (only on a change)
+            _dev._set_index(b, index)
+        else:
+            _tls.device[b.name] = index
 
     def set_device_index(self, device: DeviceLike, /) -> None:
         """Same as :meth:`set_device` (``torch.accelerator``'s name).
