@@ -8,8 +8,8 @@ compute hooks ``philox_fill`` and ``elementwise_add`` (:class:`._ops.CudaOps`); 
 is :mod:`._nvml`, module functions ``accelrt.cuda`` calls. Discovery (:mod:`._discovery`) never
 creates a context; the primary context of a device is retained on the first raw operation. The
 thread's current context follows its current device (:meth:`CudaBackend.set_current_device`, as
-``cudaSetDevice``), and a raw operation on another device restores it (:func:`_guarded`, torch's
-device guard).
+``cudaSetDevice``), and a raw operation on another device restores it (torch's
+device guard, :mod:`._guard`).
 
 Example::
 
@@ -21,13 +21,11 @@ Example::
 
 from __future__ import annotations
 
-import functools
-import inspect
 import os
 import threading
 import uuid as _uuid
 from collections.abc import Callable
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, TypeVar
 
 from ..._backend import Backend, Capabilities
 from ..._errors import BackendUnavailableError, type_shown
@@ -36,6 +34,7 @@ from . import _cu, _discovery
 from ._cu import CudaError, check
 from ._kernels import KernelCache, pack_args
 from ._graphs import CudaGraphs
+from ._guard import guard_operations
 from .._ranges import Ranges
 from ._memory import CudaMemory
 from ._ops import CudaOps
@@ -55,7 +54,6 @@ _FORKED_MSG = ("Cannot re-initialize CUDA in forked subprocess. To use CUDA with
                "'spawn'))")
 
 
-_P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
@@ -931,37 +929,7 @@ class CudaBackend(Backend):
             raise self._closed_error("elementwise_add")
         self._ops.elementwise_add(index, out, a, b, count, dtype, stream)
 
-# ---------------------------------------------------------------------- device guards
-
-#: CudaBackend's public methods that make no context current (the questions about the devices,
-#: closing, the context calls themselves); every other one runs under :func:`_guarded`
-_UNGUARDED = frozenset(("close", "unavailable_reason", "device_count", "init_device",
-                        "set_current_device", "keeping_context", "get_device_properties", "get_device_capability",
-                        "capabilities", "arch_list", "can_access_peer"))
-
-def _guarded(op: Callable[Concatenate[CudaBackend, _P], _R]) -> Callable[
-        Concatenate[CudaBackend, _P], _R]:
-    """``op`` as PyTorch runs an operation under a device guard: if it left another device's
-    context current than the calling thread's current device's, that device's context is made
-    current again (:meth:`CudaBackend._restore`) before it returns or raises. An operation
-    called by another (a kernel launch of ``philox_fill``) finds its device's context current
-    already and restores nothing."""
-    @functools.wraps(op)
-    def guarded(self: CudaBackend, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        tls = self._tls
-        before = tls.index
-        try:
-            return op(self, *args, **kwargs)
-        finally:
-            after = tls.index
-            if after != before and after != tls.current:
-                self._restore()
-    return guarded
-
-
-for _name, _member in list(vars(CudaBackend).items()):
-    if inspect.isfunction(_member) and not _name.startswith("_") and _name not in _UNGUARDED:
-        setattr(CudaBackend, _name, _guarded(_member))
+guard_operations(CudaBackend)
 
 
 # ---------------------------------------------------------------------- fork safety
