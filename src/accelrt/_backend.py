@@ -105,6 +105,12 @@ def _no_ipc(name: str) -> ValueError:
                       "can (cpu with ACCELRT_CPU_SHARED_MEMORY=1, or cuda) or send its contents")
 
 
+#: ``[True]`` once a backend class with ``follows_current_device`` exists (cuda's is made when
+#: it is first used): until then the core does not look at the backends' flag when the current
+#: device changes, so the cpu backend's switches cost what they did
+_follows_any: list[bool] = [False]
+
+
 class Backend(abc.ABC):
     """Raw operations of one device family; subclass it to add a backend.
 
@@ -141,6 +147,11 @@ class Backend(abc.ABC):
     #: :meth:`set_current_device` each time the calling thread's current device of this
     #: backend changes. ``False``, the default, costs the core nothing more than the change.
     follows_current_device: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.follows_current_device:
+            _follows_any[0] = True
 
     # ------------------------------------------------------------------ capabilities
     def capabilities(self, index: int) -> Capabilities:

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from . import _backend
+from ._backend import _follows_any
 from ._errors import (AcceleratorIndexError, AcceleratorTypeError, AcceleratorValueError,
                       BackendUnavailableError, index_failure, shown, type_shown)
 from ._fork import reinit_after_fork
@@ -803,7 +804,7 @@ def _set_index(b: Backend, index: int) -> None:
     """Make ``index`` the calling thread's current device of ``b`` (``torch.cuda.set_device``:
     a backend that follows the current device makes its context current first, creating it
     if needed; if that raises, nothing changed)."""
-    if b.follows_current_device and _tls.device.get(b.name, 0) != index:
+    if _follows_any[0] and b.follows_current_device and _tls.device.get(b.name, 0) != index:
         b.set_current_device(index, True)
     _tls.device[b.name] = index
 
@@ -833,7 +834,7 @@ def set_device_index(device: DeviceLike, /) -> None:
         b = _current_backend if _current_backend is not None else _require_current()
         if device >= b.device_count():
             _check_index(b, device)
-        if b.follows_current_device:   # cuda: its context follows (only on a change)
+        if _follows_any[0] and b.follows_current_device:   # cuda: its context follows
             _set_index(b, device)
             return
         _tls.device[b.name] = device

@@ -30,6 +30,8 @@ __all__: list[str] = []
 #: ``_device``'s globals, read by key: ``_current_backend`` is rebound, and a compiled module
 #: reads an attribute of a Python module through a generic getattr (about one empty call)
 _dev_globals: Final = vars(_dev)
+#: ``_backend._follows_any`` (a C variable here, not a lookup)
+_follows: Final = _backend._follows_any
 
 
 class _Key(NamedTuple):
@@ -178,7 +180,7 @@ class _SwitchCore:
         d, switched = _tls.switch
         bname = b.name
         prev = d.get(bname, 0)
-        if prev != idx and b.follows_current_device:
+        if prev != idx and _follows[0] and b.follows_current_device:
             # cuda: the device's context becomes current first (torch's ExchangeDevice); if
             # that raises, the block is not entered
             b.set_current_device(idx, True)
@@ -202,7 +204,7 @@ class _SwitchCore:
                 return
         if prev >= 0 and d.get(name, 0) != prev:
             d[name] = prev
-            if b.follows_current_device:
+            if _follows[0] and b.follows_current_device:
                 # cuda: back to the previous device's context, creating none (torch's
                 # MaybeExchangeDevice)
                 b.set_current_device(prev, False)
