@@ -23,9 +23,9 @@ Scope (which torch names are dumped):
   classes (``ProcessGroupNCCL``, ``ProcessGroupGloo``, ...); plus the store classes
   (``Store``, ``TCPStore``, ``FileStore``, ``HashStore``, ``PrefixStore``) and the error classes
   (``DistError``, ``DistBackendError``, ``DistNetworkError``, ``DistStoreError``,
-  ``QueueEmptyError``), ``is_available``, ``DebugLevel`` and ``set_debug_level``, and
-  ``torch.distributed.device_mesh``'s ``DeviceMesh`` and ``init_device_mesh`` (which
-  ``torch.distributed`` re-exports).
+  ``QueueEmptyError``), ``is_available``, ``DebugLevel``, ``set_debug_level`` and
+  ``breakpoint``, and ``torch.distributed.device_mesh``'s ``DeviceMesh`` and
+  ``init_device_mesh`` (which ``torch.distributed`` re-exports).
 - ``torch.multiprocessing``: the sharing and launch names accelrt implements
   (``set_sharing_strategy``, ``get_sharing_strategy``, ``get_all_sharing_strategies``,
   ``spawn``, ``start_processes``, ``ProcessContext``, ``ProcessExitedException``,
@@ -69,7 +69,8 @@ CUDA_MEMORY_PRIVATE = ("_record_memory_history", "_snapshot", "_dump_snapshot",
                        "_set_allocator_settings", "_get_current_allocator", "_CUDAAllocator")
 DIST_EXTRA = ("Store", "TCPStore", "FileStore", "HashStore", "PrefixStore", "DistError",
               "DistBackendError", "DistNetworkError", "DistStoreError", "QueueEmptyError",
-              "is_available", "DebugLevel", "set_debug_level", "DeviceMesh", "init_device_mesh")
+              "is_available", "DebugLevel", "set_debug_level", "DeviceMesh", "init_device_mesh",
+              "breakpoint")
 MP_NAMES = ("set_sharing_strategy", "get_sharing_strategy", "get_all_sharing_strategies",
             "spawn", "start_processes", "ProcessContext", "ProcessExitedException",
             "ProcessRaisedException")

@@ -443,6 +443,10 @@ def _forget_streams(ref: weakref.ref[_Streams]) -> None:
     _all_streams.pop(ref, None)
 
 
+#: The bottom entry of every thread's ``entered`` stack: no stream, never popped.
+_NO_BLOCK: tuple[Any, int, Any] = (None, 0, None)
+
+
 class _ThreadState(threading.local):
     """Per-thread runtime state (each thread starts on device 0 with default streams)."""
 
@@ -455,8 +459,10 @@ class _ThreadState(threading.local):
         self.default_stack: list[device] = []
         self.default_device: device | None = None
         # the open ``with stream:`` blocks, innermost last: (stream, previous device index,
-        # previous current stream of its device or None)
-        self.entered: list[tuple[Any, int, Any]] = []
+        # previous current stream of its device or None), above one entry of no stream at the
+        # bottom: the list never empties, so entering and leaving one block does not free and
+        # allocate its storage each time (0.8 calls of Stream enter+exit)
+        self.entered: list[tuple[Any, int, Any]] = [_NO_BLOCK]
         # the open ``device_index`` (and device module ``device``) blocks, innermost last:
         # (context manager, backend name, previous index or -1 for "changed nothing", backend)
         self.switched: list[tuple[Any, str, int, Any]] = []

@@ -258,7 +258,7 @@ def _user(s: Stream) -> str | None:
             continue
         cur = st.stream.get(key)
         found = cur is not None and cur == s
-        if not found and st.entered:
+        if not found and len(st.entered) > 1:   # (above the bottom entry)
             # (stream entered, previous device, previous stream that the exit restores)
             found = any(x is not None and x == s for e in list(st.entered) for x in (e[0], e[2]))
         if found:

@@ -242,9 +242,9 @@ class _StreamCore:
                 self._b.set_current_device(prev_dev, False)
             self._check_open()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object = None, exc: object = None, tb: object = None) -> None:
         devs, streams, entered = _tls.enter
-        if entered and entered[-1][0] is self:
+        if entered[-1][0] is self:   # (the bottom entry is no stream: never empty)
             _, prev_dev, prev_stream = entered.pop()
         else:   # blocks left out of order: this stream's innermost block of this thread
             _, prev_dev, prev_stream = entered.pop(self._innermost(entered))

@@ -61,9 +61,11 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
 
 
 def launch(n: int, script: str, *args: str, env: dict[str, str] | None = None,
-           runner: bool = True, timeout: float = 60) -> tuple[int, str, float]:
+           runner: bool = True, timeout: float = 60,
+           input: str | None = None) -> tuple[int, str, float]:
     """``mpiexec -iface lo -n N python [-m accelrt.distributed.run] script args``: (exit
-    status, stdout + stderr, seconds). The whole process group is killed on timeout."""
+    status, stdout + stderr, seconds). The whole process group is killed on timeout.
+    ``input``: written to mpiexec's standard input (which it forwards to rank 0)."""
     assert MPIEXEC is not None
     cmd = [MPIEXEC, "-iface", "lo", "-n", str(n), sys.executable]
     if runner:
@@ -71,9 +73,10 @@ def launch(n: int, script: str, *args: str, env: dict[str, str] | None = None,
     cmd += [str(HERE / script), *args]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            stdin=None if input is None else subprocess.PIPE,
                             env=_env(env or {}), cwd=ROOT, start_new_session=True)
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out, _ = proc.communicate(input, timeout=timeout)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()

@@ -24,6 +24,8 @@ from __future__ import annotations
 from typing import NewType
 
 # the package is split by concept; every public name is re-exported here
+from ._breakpoint import _make_distributed_pdb as _make_distributed_pdb
+from ._breakpoint import breakpoint
 from ._coalescing import _coalescing_manager as _coalescing_manager
 from ._collectives import _make_nccl_premul_sum as _make_nccl_premul_sum
 from ._collectives import (
@@ -114,7 +116,8 @@ __all__ = [
     "QueueEmptyError", "ReduceOp", "Store", "TCPStore", "Work", "all_gather",
     "all_gather_coalesced", "all_gather_into_tensor", "all_gather_object", "all_gather_single",
     "all_reduce", "all_reduce_coalesced", "all_to_all", "all_to_all_single", "barrier",
-    "batch_isend_irecv", "broadcast", "broadcast_object_list", "default_pg_timeout",
+    "batch_isend_irecv", "breakpoint", "broadcast", "broadcast_object_list",
+    "default_pg_timeout",
     "destroy_process_group", "gather", "gather_into_tensor", "gather_object", "gather_single",
     "get_backend", "get_backend_config", "get_debug_level", "get_default_backend_for_device",
     "get_global_rank", "get_group_rank", "get_node_local_rank", "get_pg_count",

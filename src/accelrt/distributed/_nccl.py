@@ -33,7 +33,7 @@ from ._engine import (Buf, Engine, EngineContext, PremulSum, RedOp, ReduceOp, Re
 from ._errors import DistError
 
 if TYPE_CHECKING:
-    from ._group import ProcessGroup
+    from ._group_core import GroupCore
 
 __all__ = ["NcclEngine", "Span", "a2a_plan", "check_one_rank_per_gpu", "nccl_available"]
 
@@ -345,7 +345,7 @@ def _wait_ready(comm: Any, timeout: float, rank: int, what: str, exc: type[Excep
         time.sleep(0.001)
 
 
-def check_one_rank_per_gpu(group: ProcessGroup, index: int) -> None:
+def check_one_rank_per_gpu(group: GroupCore, index: int) -> None:
     """NCCL refuses two ranks on one GPU ('Duplicate GPU detected'): say so before it does
     (a collective over the group's members: called as its MPI world starts an NCCL engine)."""
     import socket

@@ -36,6 +36,7 @@ from ._store import _seconds_of
 
 if TYPE_CHECKING:
     from ._group import ProcessGroup
+    from ._group_core import GroupCore
 
 __all__ = ["ABORT_GRACE", "WATCHDOG", "Future", "Work", "wait_until"]
 
@@ -47,28 +48,28 @@ class _Watchdog:
     """Ends the job when an engine call runs past its deadline (a daemon thread)."""
 
     def __init__(self) -> None:
-        self._active: dict[int, tuple[float, ProcessGroup, str, int, float]] = {}
+        self._active: dict[int, tuple[float, GroupCore, str, int, float]] = {}
         self._tokens = itertools.count(1)
         self._thread: threading.Thread | None = None
         self._wake = reinit_after_fork(threading.Event())
         self._interval = 1.0
-        self.on_timeout: Callable[[ProcessGroup, str, int, float], None] = _abort_job
-        self.groups: list[ProcessGroup] = []   # their fast-path calls are watched too
+        self.on_timeout: Callable[[GroupCore, str, int, float], None] = _abort_job
+        self.groups: list[GroupCore] = []   # their fast-path calls are watched too
 
-    def watch(self, group: ProcessGroup) -> None:
+    def watch(self, group: GroupCore) -> None:
         """Watch ``group``'s direct engine calls (its ``_t0``/``_op``/``_opseq`` slots)."""
         self.groups = [g for g in self.groups if not g.destroyed] + [group]
         if self._thread is None or group.timeout / 4 < self._interval:
             self._start(min(1.0, max(0.01, group.timeout / 4)))
 
-    def watching(self, group: ProcessGroup, op: str, seq: int,
+    def watching(self, group: GroupCore, op: str, seq: int,
                  timeout: float | None = None) -> _Watched:
         """``with WATCHDOG.watching(group, op, seq):`` around a call that blocks on peers: the
         one bounded wait of accelrt.distributed. Past ``timeout`` (the group's by default) the
         watchdog ends the job naming the rank, ``op`` and ``seq`` (:func:`_abort_job`)."""
         return _Watched(self, group, op, seq, group.timeout if timeout is None else timeout)
 
-    def enter(self, group: ProcessGroup, op: str, seq: int, timeout: float) -> int:
+    def enter(self, group: GroupCore, op: str, seq: int, timeout: float) -> int:
         tok = next(self._tokens)
         self._active[tok] = (time.monotonic() + timeout, group, op, seq, timeout)
         if self._thread is None or timeout / 4 < self._interval:
@@ -116,7 +117,7 @@ class _Watched:
 
     __slots__ = ("_args", "_tok", "_wd")
 
-    def __init__(self, wd: _Watchdog, group: ProcessGroup, op: str, seq: int,
+    def __init__(self, wd: _Watchdog, group: GroupCore, op: str, seq: int,
                  timeout: float) -> None:
         self._wd, self._args, self._tok = wd, (group, op, seq, timeout), 0
 
@@ -149,7 +150,7 @@ def wait_until(done: Callable[[], bool], timeout: float,
         time.sleep(0)
 
 
-def _abort_job(group: ProcessGroup, op: str, seq: int, timeout: float) -> None:
+def _abort_job(group: GroupCore, op: str, seq: int, timeout: float) -> None:
     msg = (f"accelrt.distributed: rank {group.global_rank}: {op} (sequence number {seq}) on "
            f"group {group._label!r} did not complete within {timeout:g} s: a peer is stuck, "
            "died, or issued a different collective. Aborting the job (set timeout= on "
@@ -504,7 +505,7 @@ class Work:
         # not the group's destruction: destroy_process_group() drained every operation first
         # (as ProcessGroupNCCL::shutdown flushes its work), so a handle on one that finished
         # still answers after it, as a torch Work does
-        # (kept errors are raised afresh: see ProcessGroup._raise_kept)
+        # (kept errors are raised afresh: see GroupCore._raise_kept)
         if self._exc is not None:
             raise detached(self._exc)
         if self._group is not None and self._group._error is not None:
