@@ -180,7 +180,7 @@ class _SwitchCore:
         d, switched = _tls.switch
         bname = b.name
         prev = d.get(bname, 0)
-        if prev != idx and _follows[0] and b.follows_current_device:
+        if _follows[0] and prev != idx and b.follows_current_device:
             # cuda: the device's context becomes current first (torch's ExchangeDevice); if
             # that raises, the block is not entered
             b.set_current_device(idx, True)
@@ -202,9 +202,10 @@ class _SwitchCore:
                     raise RuntimeError(f"{type(self).__name__}.__exit__ without a matching "
                                        "__enter__ in this thread; use 'with'")
                 return
-        if prev >= 0 and d.get(name, 0) != prev:
+        if prev >= 0:
+            # cuda: back to the previous device's context, creating none (torch's
+            # MaybeExchangeDevice), if the device changes
+            switch = _follows[0] and d.get(name, 0) != prev and b.follows_current_device
             d[name] = prev
-            if _follows[0] and b.follows_current_device:
-                # cuda: back to the previous device's context, creating none (torch's
-                # MaybeExchangeDevice)
+            if switch:
                 b.set_current_device(prev, False)

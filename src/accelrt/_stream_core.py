@@ -179,7 +179,7 @@ class _StreamCore:
         key = self._key
         name = key[0]
         prev = devs.get(name, 0)
-        if prev != key[1] and _follows[0] and self._b.follows_current_device:
+        if _follows[0] and prev != key[1] and self._b.follows_current_device:
             # cuda: its device's context becomes current first (torch's setDeviceIndex); if
             # that raises, the block is not entered
             self._b.set_current_device(key[1], True)
@@ -226,7 +226,7 @@ class _StreamCore:
         key = self._key
         name = key[0]
         prev_stream, prev_dev = streams.get(key), devs.get(name, 0)
-        switch = prev_dev != key[1] and _follows[0] and self._b.follows_current_device
+        switch = _follows[0] and prev_dev != key[1] and self._b.follows_current_device
         if switch:   # cuda: its device's context becomes current first (torch's set_device)
             self._b.set_current_device(key[1], True)
         streams[key] = self   # first the entry, then the check: see _closed_after_publish
@@ -255,10 +255,11 @@ class _StreamCore:
         else:
             streams[key] = prev_stream
         name = key[0]
-        if devs.get(name, 0) != prev_dev:
-            devs[name] = prev_dev
-            if _follows[0] and self._b.follows_current_device:   # cuda: the previous device's
-                self._b.set_current_device(prev_dev, True)   # context (torch's setDeviceIndex)
+        # cuda: the previous device's context (torch's setDeviceIndex), if the device changes
+        switch = _follows[0] and devs.get(name, 0) != prev_dev and self._b.follows_current_device
+        devs[name] = prev_dev
+        if switch:
+            self._b.set_current_device(prev_dev, True)
 
     def _innermost(self, entered: list[tuple[Any, int, Any]]) -> int:
         """The position in the calling thread's stack of its innermost ``with self:`` block.
