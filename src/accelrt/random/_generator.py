@@ -108,6 +108,22 @@ def _wrap_seed(value: int, what: str = "seed") -> int:
     return value & _M64
 
 
+def nondeterministic_seed() -> int:
+    """A seed from the operating system's entropy, in ``[0, 2**53)``: PyTorch's device
+    generators' ``seed()`` (``c10::detail::getNonDeterministicRandom(true)``, the CUDA, XPU and
+    MPS generators' and ``torch.cuda.seed()``'s) keeps 53 bits "to ensure unique
+    representation in double", so a seed stored as a float (JSON, a config) reads back
+    exactly. Every ``seed()``/``seed_all()`` of accelrt draws its seed here.
+
+    Example::
+
+        >>> from accelrt.random._generator import nondeterministic_seed
+        >>> 0 <= nondeterministic_seed() < 2**53
+        True
+    """
+    return secrets.randbits(53)
+
+
 def _pack_state(seed: int, offset: int) -> RngState:
     return np.frombuffer(seed.to_bytes(8, "little") + offset.to_bytes(8, "little"),
                          dtype=np.uint8).copy()
@@ -297,14 +313,15 @@ class Generator:
                 f"{self._st.seed}; seed it before the capture begins)")
 
     def seed(self) -> int:
-        """Seed from the operating system's entropy (non-deterministic); return the seed.
+        """Seed from the operating system's entropy (non-deterministic); return the seed,
+        which is below ``2**53`` as PyTorch's CUDA generators' (:func:`nondeterministic_seed`).
 
         Raises:
             RuntimeError: on a capturing stream (the current stream of the current
                 device), as in PyTorch.
         """
         _graphsafe.check_not_capturing(self, "seed")
-        value = secrets.randbits(64)
+        value = nondeterministic_seed()
         self._st.set(value, 0)
         return value
 
