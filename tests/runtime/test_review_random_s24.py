@@ -162,11 +162,11 @@ def test_rand_randn_dtypes_and_generators(fn: str) -> None:
         _raises((TypeError,), "generator must be an accelrt.random.Generator",
                 lambda bad=bad: f(3, generator=bad))
     name = _cpu(2)
-    for other in (Generator(f"{name}:0"), Generator(f"{name}:1")):   # other backend/device
+    for other in (Generator(f"{name}:0"), Generator(f"{name}:1")):   # other backend
         _raises(RT_VALUE, "belongs to", lambda other=other: f(3, device="cpu:0",
                                                               generator=other))
-    _raises(RT_VALUE, "belongs to",
-            lambda: f(3, device=f"{name}:1", generator=Generator(f"{name}:0")))
+    # (s41: another device of the backend is taken, as torch's check_generator compares
+    # device types only: test_review_rng_s41.py)
     assert g.get_offset() == used                  # the refused calls reserved nothing
 
 

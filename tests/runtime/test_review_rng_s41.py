@@ -10,6 +10,7 @@ the behaviour, torch's C++ source is named. Each test failed before the change i
 from __future__ import annotations
 
 import math
+import uuid
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,6 +19,8 @@ import numpy as np
 import pytest
 
 import accelrt as acc
+from accelrt import backends
+from accelrt.backends.cpu import CpuBackend
 from accelrt.backends.cuda._ops import philox_launch
 from accelrt.random import Generator
 
@@ -253,3 +256,36 @@ def test_randint_takes_pin_memory_as_rand(saved_states: None) -> None:
         acc.randint(3, (2,), pin_memory=1)
     _raises(RT_VALUE, "Only dense CPU tensors can be pinned",
             lambda: acc.randint(3, (2,), device="cpu:0", pin_memory=True))
+
+
+# ---------------------------------------------------------------------- generators' devices
+
+def _cpu(num_devices: int = 2) -> str:
+    name = "rng41" + uuid.uuid4().hex[:8]
+    backends.register(name, lambda: CpuBackend(num_devices=num_devices, name=name),
+                      replace=True)
+    return name
+
+
+@pytest.mark.parametrize("fn", ["rand", "randn", "randint", "uniform_", "normal_"])
+def test_a_generator_of_another_device_of_the_backend_draws_there(fn: str) -> None:
+    # torch's check_generator compares device types only (pytorch#62451, PR 59352):
+    # torch.rand(2, device="cuda:0", generator=torch.Generator("cuda:1")) draws on cuda:0
+    # from that generator; accelrt refused it ("the generator belongs to ...")
+    name = _cpu(2)
+
+    def draw(device: str, g: Generator) -> np.ndarray:
+        if fn == "randint":
+            return acc.randint(0, 100, (9,), device=device, generator=g).numpy()
+        if fn in ("rand", "randn"):
+            return getattr(acc, fn)(9, device=device, generator=g).numpy()
+        return getattr(acc.random, fn)(acc.empty(9, device=device), generator=g).numpy()
+
+    g = Generator(f"{name}:0").manual_seed(21)
+    got = draw(f"{name}:1", g)
+    ref = draw(f"{name}:0", Generator(f"{name}:0").manual_seed(21))
+    assert got.tobytes() == ref.tobytes() and g.get_offset() > 0
+    other = Generator("cpu:0")           # another backend: still refused, as torch's
+    _raises(RT_VALUE, f"Expected a '{name}' device type for generator but found 'cpu'",
+            lambda: draw(f"{name}:1", other))
+    assert other.get_offset() == 0

@@ -493,14 +493,14 @@ def uniform_(array: Array, a: float = 0.0, b: float = 1.0, *,
             ``view_as_real`` rule).
         a: lower bound (inclusive).
         b: upper bound (exclusive; a draw that rounds to ``b`` becomes ``a``, as PyTorch).
-        generator: a generator of the array's device (default: the device's default one).
+        generator: a generator of the array's backend (default: the device's default one).
 
     Raises:
         TypeError: not an Array, or a wrong argument type; an array of another dtype (an
             ``AcceleratorTypeError``, also a ``RuntimeError`` as PyTorch's
             ``NotImplementedError``).
         ValueError: non-finite bounds, a bound outside the (part) dtype's finite range,
-            ``a > b``, ``b - a`` overflows the dtype, or a generator of another device (each
+            ``a > b``, ``b - a`` overflows the dtype, or a generator of another backend (each
             an ``AcceleratorValueError``, also a ``RuntimeError`` as in PyTorch).
         OverflowError: an int bound beyond the float64 range, as in PyTorch.
 
@@ -544,7 +544,7 @@ def normal_(array: Array, mean: float = 0.0, std: float = 1.0, *,
         TypeError: not an Array, or a wrong argument type; an array of another dtype (an
             ``AcceleratorTypeError``, also a ``RuntimeError`` as PyTorch's
             ``NotImplementedError``).
-        ValueError: ``std < 0`` or nan, or a generator of another device (each an
+        ValueError: ``std < 0`` or nan, or a generator of another backend (each an
             ``AcceleratorValueError``, also a ``RuntimeError`` as in PyTorch).
         OverflowError: an int ``mean`` or ``std`` beyond the float64 range, as in PyTorch.
 
@@ -595,10 +595,11 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike |
 
     Args:
         *size: the shape, as ints or one sequence (``size=`` also works).
-        generator: a generator of ``device`` (default: the device's default generator); with
-            ``device=None`` the generator's device is used, unless a ``with acc.device(...)``
-            block or :func:`accelrt.set_default_device` names the default device (then the
-            generator must be of that device, as in PyTorch).
+        generator: a generator of ``device``'s backend (default: the device's default
+            generator; as PyTorch's, one of another device of that backend draws there too);
+            with ``device=None`` the generator's device is used, unless a ``with
+            acc.device(...)`` block or :func:`accelrt.set_default_device` names the default
+            device (then the generator must be of its backend, as in PyTorch).
         dtype: float16, float32 (the default; ``None`` too) or float64, or complex64 or
             complex128 (the real and imaginary parts drawn as floats, as in PyTorch:
             uniform in ``[0, 1)`` each, or normal with variance 1/2 each); keyword-only.
@@ -611,7 +612,7 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike |
 
     Raises:
         TypeError: bad size or dtype.
-        ValueError: a negative dimension, a generator of another device, or
+        ValueError: a negative dimension, a generator of another backend, or
             ``pin_memory=True`` with a device.
 
     Example::
