@@ -289,3 +289,23 @@ def test_a_generator_of_another_device_of_the_backend_draws_there(fn: str) -> No
     _raises(RT_VALUE, f"Expected a '{name}' device type for generator but found 'cpu'",
             lambda: draw(f"{name}:1", other))
     assert other.get_offset() == 0
+
+
+def test_a_capture_draws_from_a_generator_of_another_device() -> None:
+    # the capture on device 0 registers device 1's generator at its first draw, and each
+    # replay draws what the eager work would (docs/random.md, graph captures)
+    name = _cpu(2)
+    g = Generator(f"{name}:1").manual_seed(7)
+    x = acc.zeros(4, device=f"{name}:0")
+    dm = backends.device_module(name)
+    graph = dm.Graph()
+    with dm.graph(graph):                      # on device 0's stream (its current device)
+        acc.random.uniform_(x, generator=g)
+    replays = []
+    for _ in range(2):
+        graph.replay()
+        replays.append(x.tolist())
+    ref = Generator(f"{name}:1").manual_seed(7)
+    eager = [acc.random.uniform_(x, generator=ref).tolist() for _ in range(2)]
+    assert replays == eager and replays[0] != replays[1]
+    assert g.get_offset() == ref.get_offset() == 2
