@@ -302,7 +302,6 @@ KNOWN: dict[str, str] = {
                               "no offset)",
     r"G\(\)\.manual_seed\(np\.|G\(\)\.set_offset\(np\.":
         "random.md, Seeds (a numpy integer is taken by its value)",
-    r"seed=3": "accelrt's Generator.manual_seed also takes its argument by keyword",
     r"type\(manual_seed\(3\)\)": "differences.md: acc.manual_seed returns None",
     r"set_state\(T\(\[\[1\] \* 8\] \* 2|set_state\(np\.zeros\(16":
         "random.md, State (16 bytes, any shape; torch's CPU state is 5056 bytes)",

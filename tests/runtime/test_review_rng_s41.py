@@ -309,3 +309,18 @@ def test_a_capture_draws_from_a_generator_of_another_device() -> None:
     eager = [acc.random.uniform_(x, generator=ref).tolist() for _ in range(2)]
     assert replays == eager and replays[0] != replays[1]
     assert g.get_offset() == ref.get_offset() == 2
+
+
+@pytest.mark.parametrize(("method", "arg"), [("manual_seed", 3), ("set_offset", 4),
+                                             ("set_state", "state"),
+                                             ("graphsafe_set_state", "generator")])
+def test_generator_setters_take_their_argument_positionally_only(method: str, arg: Any) -> None:
+    # observed on torch 2.15.0: TypeError "Generator.manual_seed() takes no keyword arguments"
+    # (torch's methods take one positional argument); accelrt took seed=3 and the others
+    g = Generator("cpu:0")
+    value = {"state": g.get_state(), "generator": Generator("cpu:0")}.get(arg, arg)
+    getattr(g, method)(value)
+    name = {"manual_seed": "seed", "set_offset": "offset", "set_state": "new_state",
+            "graphsafe_set_state": "state"}[method]
+    with pytest.raises(TypeError, match="positional-only"):
+        getattr(g, method)(**{name: value})

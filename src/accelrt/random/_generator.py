@@ -277,7 +277,7 @@ class Generator:
         """The device this generator belongs to."""
         return _device_cls(self._b.name, self._index)
 
-    def manual_seed(self, seed: int) -> Generator:
+    def manual_seed(self, seed: int, /) -> Generator:
         """Set the seed and reset the offset to 0; return ``self``. On a capturing stream
         (the current stream of the current device), only the generator's own seed is
         taken, and changes nothing (PyTorch's ``set_current_seed``).
@@ -341,7 +341,7 @@ class Generator:
         seed, offset = self._st.get()
         return seed, offset if inner is None else inner
 
-    def set_state(self, new_state: RngStateLike) -> Generator:
+    def set_state(self, new_state: RngStateLike, /) -> Generator:
         """Restore a state from :meth:`get_state`; return ``self``. On a capturing stream
         (the current stream of the current device) it sets the generator's offset within
         the capture and takes only the generator's own seed, as in PyTorch (docs/random.md).
@@ -408,7 +408,7 @@ class Generator:
         """
         return _graphsafe.philox_state(self, increment)
 
-    def set_offset(self, offset: int) -> Generator:
+    def set_offset(self, offset: int, /) -> Generator:
         """Make ``offset`` the next unused Philox counter block (the seed stays); return
         ``self``. ``offset`` is read as :meth:`manual_seed` reads a seed, as
         ``torch.Generator.set_offset`` reads it: an int in ``[-2**63, 2**64)``, a negative
@@ -477,7 +477,7 @@ class Generator:
         """
         return type(self)._sharing(self._b, self._index, self._st)
 
-    def graphsafe_set_state(self, state: Generator) -> Generator:
+    def graphsafe_set_state(self, state: Generator, /) -> Generator:
         """Make this generator use ``state``'s state object (from :meth:`graphsafe_get_state`
         or any generator of the same backend); return ``self``
         (``torch.Generator.graphsafe_set_state``). Nothing is copied: the two generators then
