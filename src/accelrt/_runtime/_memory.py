@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import _device as _dev
-from .._errors import OutOfMemoryError, type_shown
+from .._errors import AcceleratorTypeError, OutOfMemoryError, type_shown
 from ..memory import _pluggable
 from ..memory._history_forms import _torch_record_memory_history
 from ..memory._stats import nest_host_stats, nest_stats
@@ -610,7 +610,8 @@ class MemoryFunctions(ModuleBase):
         cache served. Blocks cached before stay cached (``empty_cache`` releases them).
 
         Raises:
-            TypeError: ``value`` is not a bool.
+            TypeError: ``value`` is not a bool (also a ``RuntimeError``, as torch 2.15's
+                "cudaCachingAllocator_enable expects a bool, but got int").
 
         Example::
 
@@ -620,9 +621,10 @@ class MemoryFunctions(ModuleBase):
             >>> del x
             >>> acc.cpu.caching_allocator_enable(True)
         """
-        if not isinstance(value, bool):
-            raise TypeError(f"caching_allocator_enable() takes a bool, got "
-                            f"{type_shown(value)}")
+        if not isinstance(value, bool):   # (torch 2.15: a RuntimeError, in these words)
+            raise AcceleratorTypeError(f"cudaCachingAllocator_enable expects a bool, but got "
+                                       f"{type_shown(value)} (caching_allocator_enable() "
+                                       "takes True or False)")
         from ..memory._allocator import set_caching
         set_caching(self.name, value)
 
@@ -780,3 +782,101 @@ class MemoryModule(TypedMemoryModule):
         if not self._memory_metadata_supported():
             return ""
         return get_metadata(self._dm.name)
+
+    def _native_allocators(self) -> list[Any]:
+        """The started caching allocators of the backend's devices (none unless the backend
+        uses the caching allocator, the only one that keeps per-allocation stacks)."""
+        b = self._dm._usable()
+        if b is None or not self._memory_metadata_supported():
+            return []
+        from ..memory._allocator import peek_allocator
+        found = [peek_allocator(b.name, i) for i in range(b.device_count())]
+        return [a for a in found if a is not None]
+
+    def _allocation_traceback(self, data_ptr: int) -> list[dict[str, Any]] | None:
+        """``torch.cuda.memory._allocation_traceback`` (torch 2.15): the stack (frame dicts
+        ``filename``/``line``/``name``, innermost first) recorded when the live allocation that
+        starts at ``data_ptr`` (an array's ``data_ptr()``) was made, or ``None`` when no live
+        allocation of the backend's caching allocators starts there or none was recorded
+        (history off, or ``context=None``; as PyTorch, an address inside an allocation finds
+        nothing).
+
+        Raises:
+            TypeError: ``data_ptr`` is not an int (PyTorch: "an integer is required").
+            OverflowError: ``data_ptr`` is 2**64 or more (PyTorch's pointer conversion).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.memory._record_memory_history(context="state")
+            >>> x = acc.zeros(256, device="cpu")
+            >>> acc.cpu.memory._allocation_traceback(x.data_ptr())[0]["name"]
+            '<module>'
+            >>> acc.cpu.memory._record_memory_history(None)
+        """
+        from ..memory._history import allocation_frames
+        if not isinstance(data_ptr, int):
+            raise TypeError(f"an integer is required: _allocation_traceback() takes the int "
+                            f"address of an allocation (data_ptr()), got {type_shown(data_ptr)}")
+        ptr = int(data_ptr)
+        if ptr >= 1 << 64:
+            raise OverflowError(f"Python int too large to convert to a pointer: {ptr:#x} is "
+                                "2**64 or more; pass an array's data_ptr()")
+        for a in self._native_allocators():
+            live, frames = allocation_frames(a, ptr)
+            if live:
+                return frames
+        return None
+
+    def _annotate_tensor(self, tensor: Any, metadata: str) -> None:
+        """``torch.cuda.memory._annotate_tensor`` (torch 2.15): while history is recorded,
+        add an ``annotate`` trace entry for the allocation of ``tensor`` (an
+        :class:`accelrt.Array` of this backend): its ``addr`` is the allocation's address,
+        its ``user_metadata`` is ``metadata`` and its ``frames`` the caller's stack (from
+        ``context="alloc"`` up). Nothing is recorded while history is off, with
+        ``skip_actions=["annotate"]``, or with an allocator other than the caching one.
+
+        Raises:
+            TypeError: ``tensor`` is not an :class:`accelrt.Array` (also an
+                ``AttributeError``, as PyTorch's ``tensor.is_cuda``) or ``metadata`` is not
+                a str.
+            ValueError: the array is on another backend's device (PyTorch: "expected a CUDA
+                tensor, got device cpu").
+            RuntimeError: no live allocation of the caching allocator starts at the array's
+                memory (an empty array, or memory borrowed from another library), as
+                PyTorch's "annotateMemory: no live allocation found at pointer ...".
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.memory._record_memory_history()
+            >>> x = acc.zeros(256, device="cpu")
+            >>> acc.cpu.memory._annotate_tensor(x, "packed for backward")
+            >>> acc.cpu.memory._snapshot()["device_traces"][0][-1]["user_metadata"]
+            'packed for backward'
+            >>> acc.cpu.memory._record_memory_history(None)
+        """
+        from .._array import Array
+        from .._errors import AcceleratorValueError, _WrongKindError
+        from ..memory._allocator import peek_allocator
+        from ..memory._history import annotate_allocation
+        if not isinstance(tensor, Array):
+            raise _WrongKindError(f"_annotate_tensor() takes an accelrt.Array, got "
+                                  f"{type_shown(tensor)}")
+        if tensor._b.name != self._dm.name:
+            raise ValueError(f"expected a {self._dm.name} array, got device "
+                             f"{tensor._b.name}:{tensor._index}")
+        if not isinstance(metadata, str):
+            raise TypeError(f"_annotate_tensor() metadata must be a str, got "
+                            f"{type_shown(metadata)}")
+        ptr = tensor.data_ptr()
+        if not self._memory_metadata_supported():
+            return   # (PyTorch: ignored by the other allocator backends)
+        a = peek_allocator(tensor._b.name, tensor._index)
+        if a is None or not annotate_allocation(a, ptr, metadata):
+            shown_ptr = f"{ptr:#x}" if ptr else "0"
+            raise AcceleratorValueError(
+                f"annotateMemory: no live allocation found at pointer {shown_ptr} (the "
+                f"array's memory is not an allocation of the {tensor._b.name}:"
+                f"{tensor._index} caching allocator: an empty array, or memory borrowed from "
+                "another library); annotate an array that accelrt allocated")
