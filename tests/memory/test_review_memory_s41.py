@@ -265,3 +265,25 @@ def test_mempool_flags_are_read_as_bool_bindings_read_them() -> None:
     for bad in ("yes", [1], np.array([True, False])):
         with pytest.raises(TypeError, match="incompatible function arguments"):
             memory.MemPool(use_on_oom=bad)       # type: ignore[arg-type]
+
+
+# ----------------------------------------------- 7. _get_device_index(device): an index needed
+
+@pytest.mark.parametrize("device", ["cpu", acc.device("cpu")])
+def test_functions_reading_get_device_index_need_an_index(device: object) -> None:
+    """torch 2.15's ``caching_allocator_alloc``, ``set/get_per_process_memory_fraction`` and
+    ``use_mem_pool`` read ``_get_device_index(device)`` without ``optional``: "cuda" is its
+    ``ValueError`` ("Expected a torch.device with a specified index or an integer, but
+    got:cuda"); accelrt took it for the current device."""
+    words = "Expected a cpu device with a specified index or an integer, but got:cpu"
+    calls = [lambda: acc.cpu.caching_allocator_alloc(512, device),
+             lambda: acc.cpu.set_per_process_memory_fraction(0.5, device),
+             lambda: acc.cpu.get_per_process_memory_fraction(device),
+             lambda: acc.cpu.use_mem_pool(memory.MemPool(), device).__enter__()]
+    for call in calls:
+        with pytest.raises(ValueError, match=words):
+            call()
+    assert acc.cpu.get_per_process_memory_fraction("cpu:0") == 1.0
+    assert acc.cpu.memory_allocated(device) >= 0      # (optional=True there: the current one)
+    p = acc.cpu.caching_allocator_alloc(512, None)
+    acc.cpu.caching_allocator_delete(p)

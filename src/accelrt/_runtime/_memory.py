@@ -139,6 +139,18 @@ class MemoryFunctions(ModuleBase):
         if pool is not None:
             reset(pool)
 
+    def _indexed(self, device: DeviceLike) -> _dev.device:
+        """The device of a ``device`` argument that torch reads with ``_get_device_index(device)``
+        (``caching_allocator_alloc``, the memory fraction, ``use_mem_pool``): ``None`` is the
+        current device, and a device without an index (``"cuda"``) is torch's ``ValueError``
+        where the statistics take it for the current device."""
+        d = typed(self.name, device)
+        if isinstance(d, _dev.device) and d.index is None:
+            raise ValueError(f"Expected a {self.name} device with a specified index or an "
+                             f"integer, but got:{device} (pass {self.name}:0, or None for the "
+                             "current device)")
+        return self._device(d)
+
     # ------------------------------------------------------------------ memory statistics
     def memory_stats(self, device: DeviceLike = None) -> collections.OrderedDict[str, int]:
         """The allocator statistics of a device (PyTorch's flat keys, sorted); empty before
@@ -399,7 +411,7 @@ class MemoryFunctions(ModuleBase):
             >>> acc.cpu.set_per_process_memory_fraction(1.0)
         """
         from .. import memory
-        memory.set_per_process_memory_fraction(fraction, self._device(device))
+        memory.set_per_process_memory_fraction(fraction, self._indexed(device))
 
     def get_per_process_memory_fraction(self, device: DeviceLike = None) -> float:
         """The fraction set by :meth:`set_per_process_memory_fraction` (1.0: no cap).
@@ -411,7 +423,7 @@ class MemoryFunctions(ModuleBase):
             1.0
         """
         from .. import memory
-        return memory.get_per_process_memory_fraction(self._device(device))
+        return memory.get_per_process_memory_fraction(self._indexed(device))
 
     def caching_allocator_alloc(self, size: int, device: DeviceLike = None,
                                 stream: Stream | int | None = None) -> int:
@@ -424,7 +436,7 @@ class MemoryFunctions(ModuleBase):
             >>> acc.cpu.caching_allocator_delete(p)
         """
         from .. import memory
-        return memory.caching_allocator_alloc(size, self._device(device), stream)
+        return memory.caching_allocator_alloc(size, self._indexed(device), stream)
 
     def caching_allocator_delete(self, mem_ptr: int) -> None:
         """Free memory from :meth:`caching_allocator_alloc` (back to the cache).
@@ -463,7 +475,7 @@ class MemoryFunctions(ModuleBase):
             >>> del x
         """
         from .. import memory
-        return memory.use_mem_pool(pool, self._device(device))
+        return memory.use_mem_pool(pool, self._indexed(device))
 
     # ------------------------------------------------------------------ history, snapshots
     def _snapshot(self, augment_with_fx_traces: bool = False) -> dict[str, Any]:
@@ -482,8 +494,11 @@ class MemoryFunctions(ModuleBase):
                 segments never carry (in PyTorch neither): ``False`` returns the same list.
 
         Raises:
-            TypeError: ``mempool_id`` is not a pair of ints or None, or ``include_traces`` is
-                not a bool.
+            TypeError: ``mempool_id`` is not a pair of ints or None (its first two items
+                are read, as torch 2.15 reads them), or ``include_traces`` is not a bool
+                (also a ``RuntimeError`` when an item is no int or the flag no bool,
+                as torch's).
+            ValueError: an item of ``mempool_id`` is outside the int64 range.
 
         Example::
 

@@ -504,8 +504,11 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None,
             same segments.
 
     Raises:
-        TypeError: ``mempool_id`` is not a pair of ints or None, or ``include_traces`` is not
-            a bool.
+        TypeError: ``mempool_id`` is not a pair of ints or None (its first two items
+            are read, as torch 2.15 reads them), or ``include_traces`` is not a bool
+            (also a ``RuntimeError`` when an item is no int or the flag no bool,
+            as torch's).
+        ValueError: an item of ``mempool_id`` is outside the int64 range.
 
     Example::
 
