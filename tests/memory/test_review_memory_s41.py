@@ -287,3 +287,33 @@ def test_functions_reading_get_device_index_need_an_index(device: object) -> Non
     assert acc.cpu.memory_allocated(device) >= 0      # (optional=True there: the current one)
     p = acc.cpu.caching_allocator_alloc(512, None)
     acc.cpu.caching_allocator_delete(p)
+
+
+# ------------------------------------------------- 8. str bindings: bytes and str subclasses
+
+class _OddStr(str):
+    def __str__(self) -> str:
+        return "not me"
+
+
+def test_metadata_takes_what_a_std_string_binding_takes(history: None) -> None:
+    """torch 2.15's ``_cuda_setMemoryMetadata``/``_cuda_annotateMemory`` take ``bytes`` (UTF-8)
+    as a ``std::string``; accelrt refused them. A str subclass is read by its value."""
+    try:
+        m._set_memory_metadata(b"step 1")
+        assert m._get_memory_metadata() == "step 1"
+        m._set_memory_metadata(_OddStr("step 2"))
+        got = m._get_memory_metadata()
+        assert got == "step 2" and type(got) is str
+        with pytest.raises(UnicodeDecodeError):
+            m._set_memory_metadata(b"\xff")
+        assert m._get_memory_metadata() == "step 2"
+    finally:
+        m._set_memory_metadata("")
+    m._record_memory_history()
+    x = acc.zeros(16, device="cpu:0")
+    m._annotate_tensor(x, b"bytes note")
+    m._annotate_tensor(x, _OddStr("odd note"))
+    notes = [e["user_metadata"] for e in _trace() if e["action"] == "annotate"]
+    assert notes == ["bytes note", "odd note"] and all(type(n) is str for n in notes)
+    del x

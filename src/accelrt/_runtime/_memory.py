@@ -40,6 +40,17 @@ if TYPE_CHECKING:
 __all__ = ["MemoryFunctions", "MemoryModule"]
 
 
+def _binding_str(value: object, what: str, hint: str = "") -> str:
+    """``value`` as torch 2.15's ``std::string`` binding reads it: a str (a subclass by its
+    value) or UTF-8 ``bytes``; anything else raises ``TypeError`` ("{what}, got int{hint}"),
+    bytes that are not UTF-8 ``UnicodeDecodeError`` (a ``ValueError``)."""
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    raise TypeError(f"{what}, got {type_shown(value)}{hint}")
+
+
 @contextlib.contextmanager
 def _caching_disabled(dm: MemoryFunctions) -> Iterator[None]:
     """:meth:`DeviceModule.caching_allocator_disabled`."""
@@ -775,7 +786,8 @@ class MemoryModule(TypedMemoryModule):
         passing it back restores the same metadata.
 
         Raises:
-            TypeError: ``metadata`` is neither a str nor a dict, or the dict holds a value
+            TypeError: ``metadata`` is neither a str (or UTF-8 ``bytes``, which PyTorch's
+                ``std::string`` binding takes too) nor a dict, or the dict holds a value
                 JSON cannot encode (raised now, even when the metadata would be ignored).
             ValueError: the dict refers to itself (a circular reference).
         """
@@ -783,11 +795,10 @@ class MemoryModule(TypedMemoryModule):
         if isinstance(metadata, dict):
             import json
             metadata = json.dumps(metadata, separators=(",", ":"))
-        if not isinstance(metadata, str):
-            raise TypeError(f"memory metadata must be a str or a dict, got "
-                            f"{type_shown(metadata)}; pass '' to clear it")
+        text = _binding_str(metadata, "memory metadata must be a str or a dict",
+                            "; pass '' to clear it")
         if self._memory_metadata_supported():
-            set_metadata(self._dm.name, metadata)
+            set_metadata(self._dm.name, text)
 
     def _get_memory_metadata(self) -> str:
         """``torch.cuda.memory._get_memory_metadata``: the calling thread's metadata of this
@@ -881,9 +892,7 @@ class MemoryModule(TypedMemoryModule):
         if tensor._b.name != self._dm.name:
             raise ValueError(f"expected a {self._dm.name} array, got device "
                              f"{tensor._b.name}:{tensor._index}")
-        if not isinstance(metadata, str):
-            raise TypeError(f"_annotate_tensor() metadata must be a str, got "
-                            f"{type_shown(metadata)}")
+        metadata = _binding_str(metadata, "_annotate_tensor() metadata must be a str")
         ptr = tensor.data_ptr()
         if not self._memory_metadata_supported():
             return   # (PyTorch: ignored by the other allocator backends)
