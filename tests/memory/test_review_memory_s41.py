@@ -317,3 +317,55 @@ def test_metadata_takes_what_a_std_string_binding_takes(history: None) -> None:
     notes = [e["user_metadata"] for e in _trace() if e["action"] == "annotate"]
     assert notes == ["bytes note", "odd note"] and all(type(n) is str for n in notes)
     del x
+
+
+# ------------------------------------------------ 9. a backend that cannot be used (no GPU)
+
+def test_memory_tooling_without_a_device_follows_torch(tmp_path: Any) -> None:
+    """torch 2.15's CUDA build without a driver answers ``memory_snapshot()`` (``[]``),
+    ``_snapshot()`` (empty lists), ``_dump_snapshot``, ``get_allocator_backend()``
+    (``"native"``), ``_memory_metadata_supported()``, ``host_memory_stats()`` (``{}``) and
+    ``reset_peak_host_memory_stats()``; accelrt raised ``BackendUnavailableError``.
+    ``_get_memory_metadata`` still raises (torch: a CUDA error)."""
+    import pickle
+
+    from accelrt.testing import SimulatedBackend
+
+    class _NoDevice(SimulatedBackend):
+        name = "revmemnone"
+
+        @classmethod
+        def unavailable_reason(cls) -> str | None:
+            return "no device here (test)"
+
+    acc.backends.register("revmemnone", _NoDevice)
+    try:
+        dm = acc.backends.device_module("revmemnone")
+        assert dm.memory_snapshot() == [] and dm.memory.memory_snapshot((0, 1), False) == []
+        with pytest.raises(RuntimeError, match="include_traces must be a boolean"):
+            dm.memory_snapshot(None, 1)
+        snap = dm.memory._snapshot()
+        assert snap["segments"] == [] and snap["device_traces"] == []
+        assert snap["allocator_settings"]["expandable_segments"] is False
+        dm.memory._dump_snapshot(str(tmp_path / "s.pickle"))
+        assert pickle.loads((tmp_path / "s.pickle").read_bytes())["segments"] == []
+        assert dm.get_allocator_backend() == "native"
+        assert dm.memory._memory_metadata_supported() is True
+        assert dm.host_memory_stats() == {} and dm.host_memory_stats_as_nested_dict() == {}
+        dm.reset_peak_host_memory_stats()
+        dm.reset_accumulated_host_memory_stats()
+        with pytest.raises(acc.BackendUnavailableError, match="no device here"):
+            dm.memory._get_memory_metadata()
+        with pytest.raises(acc.BackendUnavailableError, match="no device here"):
+            dm.memory._set_memory_metadata("x")
+    finally:
+        acc.backends.unregister("revmemnone")
+
+
+@pytest.mark.skipif(acc.cuda.is_available(), reason="checks the behaviour without CUDA")
+def test_list_gpu_processes_without_a_driver_is_torchs_message() -> None:
+    """torch 2.15's ``list_gpu_processes`` returns "cuda driver can't be loaded, is cuda
+    enabled?" when NVML finds no driver (its other monitoring functions raise); accelrt
+    raised ``BackendUnavailableError``."""
+    assert acc.cuda.list_gpu_processes() == "cuda driver can't be loaded, is cuda enabled?"
+    assert acc.cuda.memory.list_gpu_processes(0) == acc.cuda.list_gpu_processes()

@@ -139,9 +139,12 @@ class MemoryFunctions(ModuleBase):
             reset(a)
 
     def _host_pool(self) -> HostCachingAllocator | None:
-        """The backend's pinned host pool if it was started (the backend must be usable)."""
+        """The backend's pinned host pool if it was started (``None`` where the backend
+        cannot be used: torch 2.15's host statistics read ``{}`` there, its resets do
+        nothing)."""
         from ..memory import _host
-        self._b()
+        if self._usable() is None:
+            return None
         return _host.peek_host_allocator(self.name)
 
     def _reset_host_pool(self, reset: Callable[[HostCachingAllocator], None]) -> None:
@@ -355,7 +358,9 @@ class MemoryFunctions(ModuleBase):
             >>> acc.cpu.get_allocator_backend()
             'native'
         """
-        from ..memory._pluggable import get_allocator_backend
+        from ..memory._pluggable import _current, get_allocator_backend
+        if self._usable() is None:   # (torch 2.15 answers without a device: its default)
+            return "pluggable" if self.name in _current else "native"
         return get_allocator_backend(self.name)
 
     def attach_out_of_memory_observer(
@@ -491,7 +496,10 @@ class MemoryFunctions(ModuleBase):
     # ------------------------------------------------------------------ history, snapshots
     def _snapshot(self, augment_with_fx_traces: bool = False) -> dict[str, Any]:
         from .. import memory
-        self._b()
+        if self._usable() is None:   # no device: torch 2.15's empty snapshot, no error
+            from ..memory._snapshot import build_snapshot
+            memory._torch_only("_snapshot", augment_with_fx_traces=augment_with_fx_traces)
+            return build_snapshot(None, [], memory._settings_dict(None))
         return memory._snapshot(_dev._type_device(self.name), augment_with_fx_traces)
 
     def memory_snapshot(self, mempool_id: tuple[int, int] | None = None,
@@ -518,6 +526,11 @@ class MemoryFunctions(ModuleBase):
             True
         """
         from ..memory import _backend_segments
+        from ..memory import _check_include_traces, _check_mempool_id
+        if self._usable() is None:   # no device: torch 2.15's [] (the arguments checked)
+            _check_mempool_id(mempool_id)
+            _check_include_traces(include_traces)
+            return []
         return cast("list[dict[str, Any]]",
                     _backend_segments(self._b(), mempool_id, include_traces))
 
@@ -797,6 +810,7 @@ class MemoryModule(TypedMemoryModule):
             metadata = json.dumps(metadata, separators=(",", ":"))
         text = _binding_str(metadata, "memory metadata must be a str or a dict",
                             "; pass '' to clear it")
+        self._dm._b()   # (no device: BackendUnavailableError, as torch 2.15's CUDA error)
         if self._memory_metadata_supported():
             set_metadata(self._dm.name, text)
 
@@ -805,6 +819,7 @@ class MemoryModule(TypedMemoryModule):
         backend (``""`` when none is set, and always with an allocator other than the caching
         one)."""
         from ..memory._history import get_metadata
+        self._dm._b()   # (no device: BackendUnavailableError, as torch 2.15's CUDA error)
         if not self._memory_metadata_supported():
             return ""
         return get_metadata(self._dm.name)

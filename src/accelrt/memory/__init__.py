@@ -434,13 +434,13 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
 
 
 #: PyTorch's legacy form takes ``trace_alloc_max_entries`` as an int64.
-def _settings_dict(b: Backend) -> dict[str, Any]:
+def _settings_dict(b: Backend | None) -> dict[str, Any]:
     """A snapshot's ``allocator_settings`` for backend ``b``: ``expandable_segments`` is what
     its allocators do (PyTorch's ``expandable_segments()`` answers ``False`` where the platform
     cannot), so ``False`` when none of its devices has virtual memory; the settings string is
     the one given."""
     cfg = get_config()
-    expandable = cfg.expandable_segments and any(
+    expandable = cfg.expandable_segments and b is not None and any(
         b.capabilities(i).virtual_memory for i in range(b.device_count()))
     return {
         "PYTORCH_CUDA_ALLOC_CONF": cfg.settings,
