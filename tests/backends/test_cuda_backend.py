@@ -1531,9 +1531,11 @@ def test_stream_handle_protocol() -> None:
 def test_extras_without_cuda_raise_the_reason() -> None:
     for fn in (acc.cuda.get_device_name, acc.cuda.get_device_capability, acc.cuda.utilization,
                acc.cuda.temperature, acc.cuda.power_draw, acc.cuda.clock_rate,
-               acc.cuda.memory_usage, acc.cuda.list_gpu_processes):
+               acc.cuda.memory_usage):
         with pytest.raises(acc.BackendUnavailableError, match="not available"):
             fn()
+    # torch 2.15's list_gpu_processes answers with a message, not an error (session 41)
+    assert acc.cuda.list_gpu_processes() == "cuda driver can't be loaded, is cuda enabled?"
     with pytest.raises(acc.BackendUnavailableError):
         acc.cuda.ExternalStream(0x1000)
     with pytest.raises(TypeError):
