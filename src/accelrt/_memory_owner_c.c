@@ -159,18 +159,95 @@ static PyObject *Memory_new(PyTypeObject *type, PyObject *Py_UNUSED(args),
     return type->tp_alloc(type, 0);
 }
 
+static const char *const FieldNames[5] = {"ptr", "nbytes", "alloc", "base", "host"};
+
+/* Bind __init__'s arguments (`n` positional in `pos`, then keywords: the names `kwnames` with
+   values `kwvalues`, or the dict `kwds`) to the five fields in `out` (borrowed; the defaults of
+   base and host filled in), with the messages of the Python class's __init__. */
+static int Memory_bind(PyObject *const *pos, Py_ssize_t n, PyObject *kwnames,
+                       PyObject *const *kwvalues, PyObject *kwds, PyObject *out[5])
+{
+    if (n > 5) {
+        PyErr_Format(PyExc_TypeError, "_Memory.__init__() takes from 4 to 6 positional "
+                     "arguments but %zd were given", n + 1);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < 5; i++)
+        out[i] = i < n ? pos[i] : NULL;
+    Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+    Py_ssize_t at = 0;
+    PyObject *key, *value;
+    for (Py_ssize_t k = 0;; k++) {
+        if (kwds != NULL) {
+            if (!PyDict_Next(kwds, &at, &key, &value))
+                break;
+        }
+        else if (k < nkw) {
+            key = PyTuple_GET_ITEM(kwnames, k);
+            value = kwvalues[k];
+        }
+        else
+            break;
+        if (!PyUnicode_Check(key)) {
+            PyErr_SetString(PyExc_TypeError, "_Memory.__init__() keywords must be strings");
+            return -1;
+        }
+        Py_ssize_t i = 0;
+        while (i < 5 && PyUnicode_CompareWithASCIIString(key, FieldNames[i]) != 0)
+            i++;
+        if (i == 5) {
+            PyErr_Format(PyExc_TypeError, "_Memory.__init__() got an unexpected keyword "
+                         "argument '%U'", key);
+            return -1;
+        }
+        if (out[i] != NULL) {
+            PyErr_Format(PyExc_TypeError, "_Memory.__init__() got multiple values for "
+                         "argument '%s'", FieldNames[i]);
+            return -1;
+        }
+        out[i] = value;
+    }
+    int missing = (out[0] == NULL) + (out[1] == NULL) + (out[2] == NULL);
+    if (missing) {
+        const char *m[3];
+        int k = 0;
+        for (int i = 0; i < 3; i++)
+            if (out[i] == NULL)
+                m[k++] = FieldNames[i];
+        if (missing == 1)
+            PyErr_Format(PyExc_TypeError, "_Memory.__init__() missing 1 required positional "
+                         "argument: '%s'", m[0]);
+        else if (missing == 2)
+            PyErr_Format(PyExc_TypeError, "_Memory.__init__() missing 2 required positional "
+                         "arguments: '%s' and '%s'", m[0], m[1]);
+        else
+            PyErr_Format(PyExc_TypeError, "_Memory.__init__() missing 3 required positional "
+                         "arguments: '%s', '%s', and '%s'", m[0], m[1], m[2]);
+        return -1;
+    }
+    if (out[3] == NULL)
+        out[3] = Py_None;
+    if (out[4] == NULL)
+        out[4] = Py_False;
+    return 0;
+}
+
+static void Memory_set(MemoryObject *self, PyObject *const in[5])
+{
+    Py_XSETREF(self->ptr, Py_NewRef(in[0]));
+    Py_XSETREF(self->nbytes, Py_NewRef(in[1]));
+    Py_XSETREF(self->alloc, Py_NewRef(in[2]));
+    Py_XSETREF(self->base, Py_NewRef(in[3]));
+    Py_XSETREF(self->host, Py_NewRef(in[4]));
+}
+
 static int Memory_init(MemoryObject *self, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"ptr", "nbytes", "alloc", "base", "host", NULL};
-    PyObject *ptr, *nbytes, *alloc, *base = Py_None, *host = Py_False;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "OOO|OO:_Memory", kwlist,
-                                     &ptr, &nbytes, &alloc, &base, &host))
+    PyObject *in[5];
+    if (Memory_bind(((PyTupleObject *)args)->ob_item, PyTuple_GET_SIZE(args), NULL, NULL,
+                    kwds != NULL && PyDict_GET_SIZE(kwds) ? kwds : NULL, in) < 0)
         return -1;
-    Py_XSETREF(self->ptr, Py_NewRef(ptr));
-    Py_XSETREF(self->nbytes, Py_NewRef(nbytes));
-    Py_XSETREF(self->alloc, Py_NewRef(alloc));
-    Py_XSETREF(self->base, Py_NewRef(base));
-    Py_XSETREF(self->host, Py_NewRef(host));
+    Memory_set(self, in);
     return 0;
 }
 
@@ -182,30 +259,10 @@ static PyObject *Memory_vectorcall(PyObject *type, PyObject *const *args, size_t
     if (kwnames == NULL && n >= 3 && n <= 5)
         return Memory_make((PyTypeObject *)type, args[0], args[1], args[2],
                            n > 3 ? args[3] : NULL, n > 4 ? args[4] : NULL);
-    /* keywords, or a wrong count: tp_new + tp_init, with their messages */
-    PyObject *tuple = PyTuple_New(n);
-    if (tuple == NULL)
+    PyObject *in[5];   /* keywords, or a wrong count */
+    if (Memory_bind(args, n, kwnames, args + n, NULL, in) < 0)
         return NULL;
-    for (Py_ssize_t i = 0; i < n; i++)
-        PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
-    PyObject *kwds = NULL;
-    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) {
-        kwds = PyDict_New();
-        for (Py_ssize_t i = 0; kwds != NULL && i < PyTuple_GET_SIZE(kwnames); i++) {
-            if (PyDict_SetItem(kwds, PyTuple_GET_ITEM(kwnames, i), args[n + i]) < 0)
-                Py_CLEAR(kwds);
-        }
-        if (kwds == NULL) {
-            Py_DECREF(tuple);
-            return NULL;
-        }
-    }
-    PyObject *self = Memory_new((PyTypeObject *)type, tuple, kwds);
-    if (self != NULL && Memory_init((MemoryObject *)self, tuple, kwds) < 0)
-        Py_CLEAR(self);
-    Py_DECREF(tuple);
-    Py_XDECREF(kwds);
-    return self;
+    return Memory_make((PyTypeObject *)type, in[0], in[1], in[2], in[3], in[4]);
 }
 
 static PyObject *Memory_reduce_ex(PyObject *self, PyObject *Py_UNUSED(protocol))
@@ -238,7 +295,8 @@ static PyMethodDef Memory_methods[] = {
 };
 
 static PyType_Slot Memory_slots[] = {
-    {Py_tp_doc, "Owns one block of memory of an array and returns it to the allocator when "
+    {Py_tp_doc, "_Memory(ptr, nbytes, alloc, base=None, host=False)\n--\n\n"
+                "Owns one block of memory of an array and returns it to the allocator when "
                 "collected (accelrt._memory_owner._Memory, in C)."},
     {Py_tp_dealloc, (void *)Memory_dealloc},
     {Py_tp_finalize, (void *)Memory_finalize},
