@@ -9,7 +9,9 @@ with valid arguments (its "baseline", :data:`BASE` and the specs below), then on
 parameter and hostile value (:data:`VALUES`) with that one argument replaced; the public
 methods of the classes they return (``Stream``, ``Event``, ``Array``, ``Generator``,
 ``MemPool``, ``Graph``, ...) the same way on fresh instances; and every attribute a user can
-assign on those classes is assigned each value (then read back, and the object used).
+assign on those classes is assigned each value (then read back, and the object used); and the
+memory owner of arrays (``accelrt._memory_owner._Memory``, a C type in the compiled build):
+its constructor, its fields, and the copy, pickle and weakref protocols.
 
 What a case did is one line: ``return <normalised value>`` or ``raise <class>: <message>``
 (with its ``__cause__``), then the warnings it emitted. Object addresses are normalised away;
