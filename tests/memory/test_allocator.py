@@ -346,7 +346,7 @@ def test_oom_reports_private_pool_free_memory():
     with pytest.raises(OutOfMemoryError) as ei:
         a.malloc(40 * MiB, 0)
     assert ("Of the allocated memory 30.00 MiB is allocated by accelrt, with 30.00 MiB "
-            "allocated in private pools, and 0 bytes is reserved" in str(ei.value))
+            "allocated in private pools (e.g., SIMULATED Graphs), and 0 bytes is reserved" in str(ei.value))
 
 
 def test_huge_and_zero_sizes():
