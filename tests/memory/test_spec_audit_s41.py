@@ -1,4 +1,4 @@
-"""Mismatches with /work/shared/ALLOCATOR_SPEC.md and torch 2.15 found by the session-41 audit.
+"""Mismatches with the project's ALLOCATOR_SPEC.md (shared/) and torch 2.15 found by the session-41 audit.
 
 1. The out-of-memory message (ALLOCATOR_SPEC.md section 11; the pieces verbatim from torch
    2.15's ``libc10_cuda.so``): PyTorch's fragmentation advice ends with "  See documentation

@@ -1,4 +1,4 @@
-"""Mismatches with /work/shared/API.md and torch 2.15 found by the session-41 audit.
+"""Mismatches with the project's API.md contract (shared/) and torch 2.15 found by the session-41 audit.
 
 1. An empty device string: torch 2.15 raises ``RuntimeError: Device string must not be
    empty`` (``torch.device("")``, ``torch.Stream("")``, ``torch.cuda.memory_stats("")``);
