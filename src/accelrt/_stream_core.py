@@ -229,7 +229,10 @@ class _StreamCore:
             devs[name] = prev_dev
             self._check_open()
 
-    def __exit__(self, exc_type: object = None, exc: object = None, tb: object = None) -> None:
+    def __exit__(self, exc_type: object = None, exc: object = None, tb: object = None, /
+                 ) -> None:
+        # positional-only: torch's Stream.__exit__ takes no keyword arguments (a TypeError);
+        # four or more arguments, which torch ignores, are a TypeError (docs/differences.md)
         devs, streams, entered = _tls.enter
         if entered[-1][0] is self:   # (the bottom entry is no stream: never empty)
             _, prev_dev, prev_stream = entered.pop()

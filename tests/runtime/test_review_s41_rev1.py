@@ -1,0 +1,71 @@
+"""Review of s41's merges (rev1): ``Stream.__exit__``'s arguments, as torch 2.15's.
+
+torch 2.15's ``Stream.__exit__`` (``THPStream_exit``, METH_VARARGS) takes no keyword
+arguments: ``s.__exit__(exc_type=None)`` is ``TypeError: Stream.__exit__() takes no keyword
+arguments`` (checked on /tmp/t215). s41's ``__exit__(self, exc_type=None, exc=None,
+tb=None)`` took them as keywords (and ``*exc`` before it refused them). Four or more
+positional arguments, which torch ignores, stay a ``TypeError`` (docs/differences.md).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import accelrt as acc
+
+
+def test_exit_refuses_keyword_arguments_and_leaves_the_block_open() -> None:
+    s = acc.Stream("cpu:0")
+    before = acc.current_stream("cpu:0")
+    with s:
+        for kw in ({"exc_type": None}, {"exc": None}, {"tb": None}):
+            with pytest.raises(TypeError):
+                s.__exit__(**kw)
+            assert acc.current_stream("cpu:0") == s   # nothing was left
+    assert acc.current_stream("cpu:0") == before
+    s.close()
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3])
+def test_exit_takes_up_to_three_positional_arguments(n: int) -> None:
+    s = acc.Stream("cpu:0")
+    before = acc.current_stream("cpu:0")
+    s.__enter__()
+    assert acc.current_stream("cpu:0") == s
+    s.__exit__(*([None] * n))
+    assert acc.current_stream("cpu:0") == before
+    s.close()   # no thread uses it any more
+
+
+def test_four_arguments_are_a_type_error_that_changes_nothing() -> None:
+    s = acc.Stream("cpu:0")
+    before = acc.current_stream("cpu:0")
+    s.__enter__()
+    with pytest.raises(TypeError):
+        s.__exit__(None, None, None, None)
+    assert acc.current_stream("cpu:0") == s
+    s.__exit__(None, None, None)
+    assert acc.current_stream("cpu:0") == before
+    s.close()
+
+
+def test_exit_without_enter_in_another_thread_is_refused() -> None:
+    s = acc.Stream("cpu:0")
+    out: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            s.__exit__(None, None, None)
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            out.append(exc)
+
+    with s:
+        t = threading.Thread(target=other)
+        t.start()
+        t.join(30)
+        assert acc.current_stream("cpu:0") == s
+    assert len(out) == 1 and isinstance(out[0], RuntimeError)
+    assert "without a matching __enter__" in str(out[0])
+    s.close()
