@@ -229,10 +229,9 @@ class _StreamCore:
             devs[name] = prev_dev
             self._check_open()
 
-    def __exit__(self, exc_type: object = None, exc: object = None, tb: object = None, /
-                 ) -> None:
-        # positional-only: torch's Stream.__exit__ takes no keyword arguments (a TypeError);
-        # four or more arguments, which torch ignores, are a TypeError (docs/differences.md)
+    def __exit__(self, exc_type: object = None, exc: object = None, tb: object = None) -> None:
+        # torch's takes any number of positional arguments and no keywords: a fourth is a
+        # TypeError here and keywords are taken (mypyc ignores '/'), docs/differences.md
         devs, streams, entered = _tls.enter
         if entered[-1][0] is self:   # (the bottom entry is no stream: never empty)
             _, prev_dev, prev_stream = entered.pop()
