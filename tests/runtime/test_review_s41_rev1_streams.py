@@ -73,3 +73,58 @@ def test_exit_without_enter_in_another_thread_is_refused() -> None:
     assert len(out) == 1 and isinstance(out[0], RuntimeError)
     assert "without a matching __enter__" in str(out[0])
     s.close()
+
+
+_FORK_CHILD = r"""
+import os, sys, threading
+import accelrt as acc
+s = acc.Stream("cpu:0")
+inside, leave = threading.Event(), threading.Event()
+
+def worker():
+    with s:
+        inside.set()
+        leave.wait(30)
+
+t = threading.Thread(target=worker)
+t.start()
+assert inside.wait(30)
+with s:                      # this thread is in a block too when it forks
+    pid = os.fork()
+    if pid == 0:
+        code = 0
+        try:
+            assert acc.current_stream("cpu:0") == s
+        except BaseException as exc:
+            print("child: in block", exc, flush=True); code = 3
+        try:
+            s.close()        # refused: the forking thread's block is still open in the child
+            print("child: closed a stream in use", flush=True); code = 4
+        except RuntimeError:
+            pass
+        s.__exit__(None, None, None)
+        try:
+            s.close()        # the worker thread does not exist in the child
+        except BaseException as exc:
+            print("child: close", type(exc).__name__, exc, flush=True); code = 5
+        os._exit(code)
+_, status = os.waitpid(pid, 0)
+leave.set()
+t.join(30)
+print("child exit", os.waitstatus_to_exitcode(status))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_fork_child_keeps_its_own_blocks_and_not_other_threads() -> None:
+    """After ``os.fork`` the child has the forking thread's open ``with stream:`` blocks
+    (above the bottom entry) and none of the other threads' (they do not exist there), so
+    it may close a stream once its own block is left."""
+    import os
+    import subprocess
+    import sys
+    if not hasattr(os, "fork"):
+        pytest.skip("no os.fork")
+    r = subprocess.run([sys.executable, "-W", "ignore", "-c", _FORK_CHILD], capture_output=True,
+                       text=True, timeout=120, env=dict(os.environ))
+    assert r.returncode == 0, r.stdout + r.stderr
