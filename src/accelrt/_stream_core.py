@@ -230,6 +230,8 @@ class _StreamCore:
             self._check_open()
 
     def __exit__(self, exc_type: object = None, exc: object = None, tb: object = None) -> None:
+        # torch's takes any number of positional arguments and no keywords: a fourth is a
+        # TypeError here and keywords are taken (mypyc ignores '/'), docs/differences.md
         devs, streams, entered = _tls.enter
         if entered[-1][0] is self:   # (the bottom entry is no stream: never empty)
             _, prev_dev, prev_stream = entered.pop()
