@@ -84,7 +84,8 @@ BUILD_PACKAGES = ("mypy", "librt", "ast-serialize", "pathspec")
 #: the GPU tests of the CUDA paths changed since the last GPU run, and the check of every call
 #: site against the real packages (its NCCL part needs nccl4py): the ``changed`` phase
 CHANGED_TESTS = ["tests/backends/test_cuda_gpu_s40.py", "tests/backends/test_cuda_ctx_gpu_s41.py",
-                 "tests/backends/test_cuda_calls_s40.py", "tests/backends/test_cuda_ctx_s41.py"]
+                 "tests/backends/test_cuda_calls_s40.py", "tests/backends/test_cuda_capture_gpu_s41.py",
+                 "tests/backends/test_cuda_ctx_s41.py"]
 
 SUITE = {   # the whole suite in four pytest runs; the dedicated phases' tests are left out
     "suite-backends": ["tests/backends", *(f"--ignore={t}" for t in CHANGED_TESTS)],

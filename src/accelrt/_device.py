@@ -238,6 +238,9 @@ def _parse(s: str) -> tuple[str, int | None]:
     # AcceleratorValueError: PyTorch's c10::Device parser raises RuntimeError, and a
     # ValueError is what a bad value is here
     if m is None:
+        if not s:
+            raise AcceleratorValueError("Device string must not be empty: pass a device type "
+                                        "such as 'cuda' or 'cpu:0'")
         raise AcceleratorValueError(
             f"Invalid device string: {brief!r}; expected 'type' or 'type:index' with an index "
             "of ASCII digits, e.g. 'cuda:0' or 'cpu'")

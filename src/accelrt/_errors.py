@@ -300,3 +300,32 @@ def index_failure(exc: BaseException) -> str:
     except Exception:  # noqa: BLE001 - a broken __str__: the type says enough
         text = ""
     return f" (its __index__ raised {type(exc).__name__}{': ' if text else ''}{text})"
+
+
+def _bool_arg(what: str, value: object, name: str) -> bool:
+    """``value``'s truth as torch 2.15's pybind11 bool binding reads it (a ``bool``
+    parameter of a ``torch._C`` function: the collectives' flags, ``_record_memory_history``'s
+    and ``MemPool``'s): ``None`` is False, numbers and what has ``__bool__`` their truth,
+    read once; a value without ``__bool__``
+    (a str, a list) or whose ``__bool__`` raises or answers a non-bool (a numpy array of two
+    items) is its ``TypeError`` "incompatible function arguments".
+
+    Example::
+
+        >>> from accelrt._errors import _bool_arg
+        >>> _bool_arg("monitored_barrier", None, "wait_all_ranks")
+        False
+        >>> _bool_arg("monitored_barrier", "yes", "wait_all_ranks")
+        Traceback (most recent call last):
+        ...
+        TypeError: monitored_barrier(): incompatible function arguments: wait_all_ranks must be a bool, got str
+    """
+    if value is None:
+        return False
+    try:
+        if not hasattr(type(value), "__bool__"):
+            raise TypeError
+        return bool(value)
+    except Exception:
+        raise TypeError(f"{what}(): incompatible function arguments: {name} must be a bool, "
+                        f"got {type_shown(value)}") from None

@@ -20,7 +20,7 @@ import numpy as np
 
 from ._errors import ClosedError
 
-__all__ = ["_CLOSED", "_SOLE_REFS", "_ClosedMemory", "_HostView", "_Memory"]
+__all__ = ["_CLOSED", "_SOLE_REFS", "PyMemory", "_ClosedMemory", "_HostView", "_Memory"]
 
 _is_finalizing = sys.is_finalizing
 _getrefcount = sys.getrefcount
@@ -58,7 +58,10 @@ class _Memory:
         self.host = host
 
     def __del__(self) -> None:
-        alloc = self.alloc
+        try:
+            alloc = self.alloc
+        except AttributeError:   # __init__ never ran (or raised): nothing is owned
+            return
         if alloc is None or not self.ptr:
             return
         self.alloc = None
@@ -69,6 +72,26 @@ class _Memory:
         # Never blocks: the garbage collector may run this inside the allocator's own
         # critical section on this thread (its lock is not reentrant).
         alloc.free(self.ptr, True)   # free_from_finalizer, one call less
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # copy.copy made a second owner of the block, which freed it a second time (possibly
+        # inside another array's reuse of it): refused, as by the C type
+        raise TypeError(f"cannot copy or pickle {type(self).__name__!r} object: a memory owner "
+                        f"frees its block when it is collected, and a copy would free it "
+                        f"twice; copy or pickle the accelrt.Array instead (copy.deepcopy, "
+                        f"pickle)")
+
+    def __reduce__(self) -> Any:
+        return self.__reduce_ex__(0)
+
+
+#: The Python implementation (the pure build's ``_Memory``).
+PyMemory = _Memory
+
+try:   # the compiled build's C type (``_memory_owner_c.c``), where it is built
+    from ._memory_owner_c import _Memory  # noqa: F811
+except ImportError:
+    pass
 
 
 class _ClosedMemory:

@@ -22,6 +22,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -338,6 +339,8 @@ ERROR_PATHS: list[tuple[str, str, Callable[[Any, dict[str, int]], Any]]] = [
      lambda b, o: b.ipc_close_mem_handle(0, b.ipc_open_mem_handle(0, bytes(64))[0])),
     ("graph_capture_begin", "cuStreamBeginCapture",
      lambda b, o: b.graph_capture_begin(0, o["s"])),
+    ("graph_capture_begin_mode", "cuStreamBeginCapture",
+     lambda b, o: b.graph_capture_begin_mode(0, o["s"], "relaxed")),
     ("graph_capture_end", "cuStreamEndCapture", lambda b, o: _graph(b, o)),
     ("graph_instantiate", "cuGraphInstantiate", lambda b, o: _instantiated(b, o)),
     ("graph_instantiate", "cuGraphExecGetId", lambda b, o: _instantiated(b, o)),
@@ -727,6 +730,115 @@ def test_allocation_during_capture_uses_relaxed_mode(fake: Any) -> None:
     relaxed = drv.real.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
     assert modes[0] == relaxed and modes[1] != relaxed
     b.graph_destroy(0, b.graph_capture_end(0, s))
+
+
+@pytest.mark.parametrize(("mode", "cu"), [
+    (None, "GLOBAL"), ("global", "GLOBAL"), ("thread_local", "THREAD_LOCAL"),
+    ("relaxed", "RELAXED")])
+def test_a_capture_begins_in_the_mode_asked(fake: Any, mode: str | None, cu: str) -> None:
+    """``capture_error_mode`` reaches ``cuStreamBeginCapture``; ``graph_capture_begin``
+    ("default") is global, as ``CUDAGraph.capture_begin``'s default (s41: every capture was
+    thread-local)."""
+    b, drv = fake
+    s = b.stream_create(0, 0)
+    assert b.capabilities(0).graph_capture_modes
+    if mode is None:
+        b.graph_capture_begin(0, s)
+    else:
+        b.graph_capture_begin_mode(0, s, mode)
+    args = [a for n, a in drv.calls if n == "cuStreamBeginCapture"][-1]
+    assert args[1] == getattr(drv.real.CUstreamCaptureMode, f"CU_STREAM_CAPTURE_MODE_{cu}")
+    b.graph_destroy(0, b.graph_capture_end(0, s))
+
+
+def test_an_unknown_capture_mode_is_refused_before_the_driver(fake: Any) -> None:
+    b, drv = fake
+    s = b.stream_create(0, 0)
+    with pytest.raises(ValueError, match="capture mode must be one of"):
+        b.graph_capture_begin_mode(0, s, "default")
+    assert "cuStreamBeginCapture" not in drv.names()
+    assert not b.stream_is_capturing(0, s)
+
+
+@pytest.mark.parametrize(("mode", "here", "there"), [
+    ("global", True, True), ("thread_local", True, False), ("relaxed", False, False)])
+def test_a_synchronize_is_refused_by_the_captures_mode_and_thread(
+        fake: Any, mode: str, here: bool, there: bool) -> None:
+    """The generic rule (docs/graphs.md, the ``graph_capture_modes`` conformance check): a
+    ``"global"`` capture refuses a synchronize of its device in every thread, a
+    ``"thread_local"`` one in its own thread, a ``"relaxed"`` one nowhere (s41: every
+    thread was refused while any stream of the device captured)."""
+    b, drv = fake
+    s = b.stream_create(0, 0)
+    b.graph_capture_begin_mode(0, s, mode)
+
+    def refused() -> bool:
+        try:
+            b.synchronize(0)
+        except acc.DeviceError as exc:
+            assert "is capturing a graph" in str(exc)
+            return True
+        return False
+
+    seen: list[bool] = []
+    t = threading.Thread(target=lambda: seen.append(refused()))
+    t.start()
+    t.join()
+    assert (refused(), seen) == (here, [there])
+    b.synchronize(1)                      # another device's synchronize is not refused
+    b.graph_destroy(0, b.graph_capture_end(0, s))
+    b.synchronize(0)
+
+
+def test_the_capture_mode_is_restored_when_an_allocation_call_fails(fake: Any) -> None:
+    """``cuMemAlloc`` failing during a capture: the error is raised and the thread's mode is
+    exchanged back (PyTorch's ``CUDAStreamCaptureModeGuard`` restores in its destructor)."""
+    b, drv = fake
+    s = b.stream_create(0, 0)
+    b.graph_capture_begin_mode(0, s, "global")
+    before = len(drv.calls)
+    drv.fail["cuMemAlloc"] = UNKNOWN
+    with pytest.raises(CudaError):
+        b.malloc(0, 64)
+    del drv.fail["cuMemAlloc"]
+    names = [n for n, _ in drv.calls[before:] if n.startswith(("cuThread", "cuMem"))]
+    assert names == ["cuThreadExchangeStreamCaptureMode", "cuMemAlloc",
+                     "cuThreadExchangeStreamCaptureMode"]
+    modes = [a[0] for n, a in drv.calls[before:] if n == "cuThreadExchangeStreamCaptureMode"]
+    assert modes[0] == drv.real.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED
+    assert modes[1] != modes[0]                  # the previous mode, put back
+    b.graph_destroy(0, b.graph_capture_end(0, s))
+
+
+class _ExchangeFailsOnRestore:
+    """Driver calls for ``_RelaxedCapture``: the first exchange succeeds, the next fails."""
+
+    class CUstreamCaptureMode:
+        CU_STREAM_CAPTURE_MODE_RELAXED = 2
+
+    def __init__(self) -> None:
+        self.exchanges = 0
+
+    def cuThreadExchangeStreamCaptureMode(self, mode: int) -> tuple[int, int]:
+        self.exchanges += 1
+        return (0, 0) if self.exchanges == 1 else (UNKNOWN, 0)
+
+
+def test_a_failed_restore_after_a_failed_call_warns_and_keeps_the_calls_error() -> None:
+    """The restore of the thread's capture mode fails while the allocation call's own error
+    propagates: that error reaches the caller and the failed restore is a warning (PyTorch's
+    guard warns in its destructor, ``C10_CUDA_CHECK_WARN``); after a call that succeeded the
+    failed restore raises (s41: it replaced the call's error)."""
+    drv = _ExchangeFailsOnRestore()
+    with pytest.warns(RuntimeWarning, match="capture mode was not restored"):
+        with pytest.raises(KeyError, match="the call's"):
+            with _streams._RelaxedCapture(drv):
+                raise KeyError("the call's own error")
+    drv = _ExchangeFailsOnRestore()
+    with pytest.raises(CudaError, match="cuThreadExchangeStreamCaptureMode"):
+        with _streams._RelaxedCapture(drv):
+            pass
+    assert drv.exchanges == 2
 
 
 @pytest.mark.parametrize(("pattern", "offset", "call"), [
@@ -1430,9 +1542,11 @@ def test_stream_handle_protocol() -> None:
 def test_extras_without_cuda_raise_the_reason() -> None:
     for fn in (acc.cuda.get_device_name, acc.cuda.get_device_capability, acc.cuda.utilization,
                acc.cuda.temperature, acc.cuda.power_draw, acc.cuda.clock_rate,
-               acc.cuda.memory_usage, acc.cuda.list_gpu_processes):
+               acc.cuda.memory_usage):
         with pytest.raises(acc.BackendUnavailableError, match="not available"):
             fn()
+    # torch 2.15's list_gpu_processes answers with a message, not an error (session 41)
+    assert acc.cuda.list_gpu_processes() == "cuda driver can't be loaded, is cuda enabled?"
     with pytest.raises(acc.BackendUnavailableError):
         acc.cuda.ExternalStream(0x1000)
     with pytest.raises(TypeError):

@@ -116,12 +116,25 @@ def test_no_call_is_refused_by_the_real_bindings_or_breaks_cudas_rules(
 
 
 def test_the_rules_report_a_call_that_breaks_them(report: dict[str, Any]) -> None:
-    """The checker can fail: its self-test's three bad calls are each reported."""
+    """The checker can fail: its self-test's four bad calls are each reported."""
     found = json.loads(next(c["name"] for c in report["calls"] if c["lib"] == "selftest"))
-    assert len(found) == 3, found
+    assert len(found) == 4, found
     assert "recorded on a stream of context" in found[0]
     assert "while 0xc7000000 is current" in found[1]
     assert "CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS" in found[2]
+    assert "cuMemAlloc while a graph captures, outside relaxed capture mode" in found[3]
+
+
+def test_a_capture_begins_in_the_mode_asked(report: dict[str, Any]) -> None:
+    """``capture_error_mode`` reaches ``cuStreamBeginCapture`` (s41: accelrt always captured
+    in thread-local mode): ``graph_capture_begin`` ("default") is global, as
+    ``CUDAGraph.capture_begin``'s default; ``graph_capture_begin_mode`` passes the mode asked
+    (helpers/cuda_calls.py's ``capture_mode_steps``, which also checks that an allocation
+    during each capture runs in relaxed mode and restores the thread's mode when
+    ``cuMemAlloc`` or ``cuMemMap`` fails, and runs the ``graph_capture_modes`` conformance
+    check: a synchronize refused by the capture's mode and thread)."""
+    g, t, r = (f"CU_STREAM_CAPTURE_MODE_{m}" for m in ("GLOBAL", "THREAD_LOCAL", "RELAXED"))
+    assert report["capture_modes"][:8] == [g, g, g, t, r, g, t, r], report["capture_modes"]
 
 
 def _attrs_of(path: Path, roots: set[str]) -> set[str]:

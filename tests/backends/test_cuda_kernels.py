@@ -18,6 +18,7 @@ On a GPU (skipped with the reason elsewhere): ``acc.rand``/``randint``/``randn``
 from __future__ import annotations
 
 import ctypes
+import math
 import shutil
 import subprocess
 from typing import Any
@@ -98,8 +99,12 @@ def test_grids_cover_the_blocks_and_stop_at_four_waves() -> None:
      "integer, bool or float"),
     (lambda: philox_launch(1, 4, "float32", "gamma", 0, 0, (0, 1), sms=1), ValueError,
      "distribution"),
-    (lambda: philox_launch(1, 4, "float32", "normal", 0, 0, (0, float("inf")), sms=1),
+    (lambda: philox_launch(1, 4, "float32", "uniform", 0, 0, (0, float("inf")), sms=1),
      ValueError, "finite"),
+    (lambda: philox_launch(1, 4, "float32", "normal", 0, 0, (0, float("nan")), sms=1),
+     ValueError, "not nan"),
+    (lambda: philox_launch(1, 4, "float32", "normal", 0, 0, (0, -1.0), sms=1),
+     ValueError, ">= 0"),
     (lambda: philox_launch(1, 4, "float32", "normal", 0, 0, (0,), sms=1), TypeError, "pair"),
     (lambda: philox_launch(1, 4, "int8", "randint", 0, 0, (0, 0), sms=1), ValueError,
      r"\[1, 2\*\*64\]"),
@@ -295,6 +300,22 @@ def test_host_normal_matches_to_the_documented_ulps(host_kernels: dict[str, Host
     ref = _philox_ref(n, dtype, "normal", SEED, 99, params)
     assert np.all(np.isfinite(got)) and _ulps(got, ref) <= tol
 
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("params", [(math.nan, 1.0), (math.inf, 2.0), (0.0, math.inf),
+                                    (-math.inf, math.inf)])
+def test_host_normal_takes_non_finite_params_as_the_host_path(
+        host_kernels: dict[str, HostKernels], dtype: str, params: tuple[float, float]) -> None:
+    # torch's normal_ takes a nan or infinite mean and an infinite std (session 41): the
+    # kernel's numbers are nan or infinite where the numpy path's are, with the same signs
+    n = 101
+    got = _philox_host(host_kernels["philox"], n, dtype, "normal", SEED, 5, params)
+    ref = _philox_ref(n, dtype, "normal", SEED, 5, params)
+    assert not np.isfinite(ref).any()
+    assert (np.isnan(got) == np.isnan(ref)).all()
+    inf = np.isinf(ref)
+    assert (np.isinf(got) == inf).all() and (got[inf] == ref[inf]).all()
 
 ADD_DTYPES = ["bool", "int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64",
               "float16", "float32", "float64", "complex64", "complex128"]

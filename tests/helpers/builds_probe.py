@@ -9,7 +9,9 @@ with valid arguments (its "baseline", :data:`BASE` and the specs below), then on
 parameter and hostile value (:data:`VALUES`) with that one argument replaced; the public
 methods of the classes they return (``Stream``, ``Event``, ``Array``, ``Generator``,
 ``MemPool``, ``Graph``, ...) the same way on fresh instances; and every attribute a user can
-assign on those classes is assigned each value (then read back, and the object used).
+assign on those classes is assigned each value (then read back, and the object used); and the
+memory owner of arrays (``accelrt._memory_owner._Memory``, a C type in the compiled build):
+its constructor, its fields, and the copy, pickle and weakref protocols.
 
 What a case did is one line: ``return <normalised value>`` or ``raise <class>: <message>``
 (with its ``__cause__``), then the warnings it emitted. Object addresses are normalised away;
@@ -720,6 +722,42 @@ def build_specs() -> list[Spec]:
                               lambda factory=factory, op=op: (lambda: op(factory())),
                               around=_side_stream if "Graph" in qual else None,
                               values=op_name not in ("repr", "str")))
+    return specs + _owner_specs()
+
+
+def _owner_specs() -> list[Spec]:
+    """The memory owner of arrays (``accelrt._memory_owner._Memory``: a C type in the compiled
+    build, the Python class in the pure one): the constructor, its fields (on an owner of
+    borrowed memory, let go after: a field set to a hostile value would otherwise be freed),
+    and the copy, pickle and weakref protocols on an owner of allocator memory and on one of
+    borrowed memory."""
+    import accelrt as acc
+    from accelrt import _memory_owner
+    owner, qual = _memory_owner._Memory, "accelrt._memory_owner._Memory"
+    host = _keep(np.zeros(4))
+
+    def borrowed() -> Any:
+        return owner(4096, host.nbytes, None, host, True)   # (an address never read)
+
+    def owning() -> Any:
+        return acc.empty(4, device="cpu:0")._mem
+
+    def let_go(m: Any) -> None:
+        m.alloc = None
+
+    specs = [Spec(qual, lambda: owner, {"ptr": lambda: 0, "nbytes": lambda: 0,
+                                       "alloc": lambda: None})]
+    specs += [_setattr_spec(f"{qual}(borrowed)", borrowed, attr, let_go)
+              for attr in ("ptr", "nbytes", "alloc", "base", "host", "user_attribute")]
+    for name, factory in ((qual, owning), (f"{qual}(borrowed)", borrowed)):
+        for op_name, op in (("hash", lambda a: hash(a) == hash(a)), ("repr", repr),
+                            ("==", lambda a: (a == a, a != a)), ("bool", bool),
+                            ("copy.copy", copy.copy), ("copy.deepcopy", copy.deepcopy),
+                            ("pickle", lambda a: pickle.loads(pickle.dumps(a))),
+                            ("weakref", lambda a: weakref.ref(a)() is a)):
+            specs.append(Spec(f"{op_name}({name})",
+                              lambda factory=factory, op=op: (lambda: op(factory())),
+                              values=op_name != "repr"))
     return specs
 
 

@@ -155,6 +155,13 @@ def _shown(args: tuple[Any, ...]) -> str:
     return "(" + ", ".join(f"{type(a).__name__}:{a!r}"[:60] for a in args) + ")"
 
 
+#: the allocator's driver calls: made during a capture in relaxed capture mode only
+_ALLOCATION_CALLS = frozenset({
+    "cuMemAlloc", "cuMemFree", "cuMemHostAlloc", "cuMemFreeHost", "cuMemAddressReserve",
+    "cuMemAddressFree", "cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemUnmap",
+    "cuMemRelease"})
+
+
 class Driver(Binding):
     """``cuda.bindings.driver`` over the stand-in, with two devices and CUDA's context rules:
     each stream, event, module, function, graph and allocation belongs to the context that was
@@ -170,6 +177,7 @@ class Driver(Binding):
         self.owner: dict[int, int] = {}          # handle or allocation base -> context
         self.sizes: dict[int, int] = {}          # allocation base -> size
         self.capturing: set[int] = set()
+        self.begin_modes: list[str] = []         # each cuStreamBeginCapture's mode, by name
         self.handles = itertools.count(0x7F0000010000, 0x1000)
         self.reserve = itertools.count(0x7E0000000000, 1 << 32)
         self.memory = itertools.count(0x7D0000000000, 1 << 32)   # allocations, 4 GiB apart
@@ -257,6 +265,7 @@ class Driver(Binding):
                 if int(args[0]) in SPECIAL:
                     LOG.problem(where, "cuStreamBeginCapture of the NULL stream")
                 self.capturing.add(int(args[0]))
+                self.begin_modes.append(r.CUstreamCaptureMode(int(args[1])).name)
         elif name == "cuStreamEndCapture":
             self.capturing.discard(int(args[0]))
         elif name == "cuGraphLaunch":
@@ -312,7 +321,10 @@ class Driver(Binding):
                         d.flags != r.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE:
                     LOG.problem(where, f"cuMemSetAccess descriptor {d.location.type!r} "
                                        f"{d.location.id} {d.flags!r} (device {dev} current)")
-        elif name == "cuThreadExchangeStreamCaptureMode":
+        if name in _ALLOCATION_CALLS and self.capturing and self.mode_stack()[-1:] != ["out"]:
+            LOG.problem(where, f"{name} while a graph captures, outside relaxed capture mode "
+                               "(cuThreadExchangeStreamCaptureMode)")
+        if name == "cuThreadExchangeStreamCaptureMode":
             stack = self.tls.__dict__.setdefault("modes", [])
             mode = args[0]
             if mode == r.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_RELAXED and (
@@ -320,6 +332,11 @@ class Driver(Binding):
                 stack.append("out")
             elif stack:
                 stack.pop()
+
+    def mode_stack(self) -> list[str]:
+        """The calling thread's relaxed-mode exchanges not yet undone ("out" each)."""
+        stack: list[str] = self.tls.__dict__.setdefault("modes", [])
+        return stack
 
     def _check_prop(self, prop: Any, where: Any, name: str) -> None:
         r = self.real
@@ -640,6 +657,7 @@ def backend_steps(b: Any, drv: Driver, nvrtc: Nvrtc) -> None:  # noqa: C901
     drv.fail["cuGraphExecGetId"] = [int(res.CUDA_ERROR_INVALID_VALUE)]
     x("exec id failing", lambda: b.graph_instantiate(0, g2), CudaError)
     x("destroy graph 2", lambda: b.graph_destroy(0, g2))
+    capture_mode_steps(b, drv, s0)
     x("profiler", lambda: (_profiler.start(b, 1), _profiler.stop(b, 1)))
     x("arch_list", lambda: b.arch_list())
     # frees
@@ -648,6 +666,36 @@ def backend_steps(b: Any, drv: Driver, nvrtc: Nvrtc) -> None:  # noqa: C901
     x("host_free", lambda: b.host_free(hp))
     x("stream_destroy", lambda: b.stream_destroy(1, s1))
     x("close", lambda: b.close())
+
+
+def capture_mode_steps(b: Any, drv: Driver, s0: int) -> None:
+    """Captures in each ``capture_error_mode`` (s41): the mode reaches cuStreamBeginCapture,
+    a bad one is refused before it, an allocation during the capture runs in relaxed mode and
+    restores the thread's mode also when the driver call fails, and a synchronize of the
+    device is refused by the capture's mode and thread (the conformance check)."""
+    from accelrt.backends.cuda import CudaBackend, CudaError
+    from accelrt.testing import backend_conformance as conf
+    res = drv.real.CUresult
+    x = _expect
+    x("capture mode bad", lambda: b.graph_capture_begin_mode(0, s0, "strict"), ValueError)
+    for mode in ("global", "thread_local", "relaxed"):
+        x(f"capture {mode}", lambda m=mode: b.graph_capture_begin_mode(0, s0, m))
+        drv.fail["cuMemAlloc"] = [int(res.CUDA_ERROR_OUT_OF_MEMORY)]
+        x(f"malloc failing in {mode} capture", lambda: b.malloc(0, 4096))
+        if drv.mode_stack():
+            LOG.problem(f"step {mode}", "the capture mode was not restored after a failed "
+                                        "cuMemAlloc")
+        drv.fail["cuMemMap"] = [int(res.CUDA_ERROR_INVALID_VALUE)]
+        base = x(f"reserve in {mode} capture", lambda: b.vm_reserve(0, GRAN))
+        x(f"map failing in {mode} capture", lambda: b.vm_map(0, base, GRAN), CudaError)
+        x(f"release in {mode} capture", lambda: b.vm_release(0, base, GRAN))
+        if drv.mode_stack():
+            LOG.problem(f"step {mode}", "the capture mode was not restored after a failed "
+                                        "cuMemMap")
+        x(f"capture end {mode}",
+          lambda: b.graph_destroy(0, b.graph_capture_end(0, s0)))
+    x("conformance graph_capture_modes",
+      lambda: conf.run_check("graph_capture_modes", conf.Target(CudaBackend)))
 
 
 def discovery_steps(drv: Driver, nvml: Any) -> None:
@@ -795,6 +843,11 @@ def selftest(drv: Driver) -> None:
     drv.tls.ctx = CTX
     drv.cuMemsetD8Async(0x7F0000100000, 0, 1, s)              # not the current context's
     drv.cuIpcOpenMemHandle(r.CUipcMemHandle(), 0)             # flags 0
+    drv.capturing.add(s)
+    drv.tls.ctx = CTX + 0x100
+    drv.cuMemAlloc(4096)                                      # during a capture, not relaxed
+    drv.capturing.discard(s)
+    drv.tls.ctx = CTX
     found = LOG.problems[before:]
     del LOG.problems[before:]
     print(json.dumps({"selftest": found}), file=sys.stderr)
@@ -1012,7 +1065,8 @@ def main(stub_dir: str) -> None:
     runtime_steps(acc, drv)
     nccl_steps(acc, drv)
     selftest(drv)
-    print(json.dumps({"calls": LOG.calls, "problems": LOG.problems}))
+    print(json.dumps({"calls": LOG.calls, "problems": LOG.problems,
+                      "capture_modes": drv.begin_modes}))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from accelrt import OutOfMemoryError
+from accelrt import _stream as stream_mod
 from accelrt.memory._allocator import DeviceCachingAllocator, format_size
 from accelrt.memory._config import AllocatorConfig, parse_config
 from accelrt.testing import SimulatedBackend
@@ -345,7 +346,7 @@ def test_oom_reports_private_pool_free_memory():
     with pytest.raises(OutOfMemoryError) as ei:
         a.malloc(40 * MiB, 0)
     assert ("Of the allocated memory 30.00 MiB is allocated by accelrt, with 30.00 MiB "
-            "allocated in private pools, and 0 bytes is reserved" in str(ei.value))
+            "allocated in private pools (e.g., SIMULATED Graphs), and 0 bytes is reserved" in str(ei.value))
 
 
 def test_huge_and_zero_sizes():
@@ -670,17 +671,51 @@ def test_pool_memory_kept_while_blocks_live():
     assert a.memory_reserved() == 0 == b.used
 
 
+class _CaptureFlag(SimulatedBackend):
+    """A simulated backend whose streams in ``capturing`` report that they capture."""
+
+    def __init__(self, **kw: object) -> None:
+        super().__init__(**kw)
+        self.capturing: set[int] = set()
+
+    def stream_is_capturing(self, index: int, stream: int) -> bool:
+        return stream in self.capturing
+
+
 def test_capture_defers_record_stream_frees():
-    a, b = make(auto_complete=False)
+    # (torch 2.15's is_capture_context(): a graph capture's pool on the device and the
+    # calling thread's current stream capturing; the routing alone does not defer, s41)
+    b = _CaptureFlag(auto_complete=False)
+    a = DeviceCachingAllocator(b, 0, AllocatorConfig())
+    cap = b.stream_create(0, 0)
+    b.capturing.add(cap)
     p = a.malloc(4096, 0)
     a.record_stream(p, 1)
     a.begin_allocate_to_pool((9, 9), capture=True)
-    a.free(p)                                   # deferred until no capture is underway
+    with stream_mod._wrap(b, 0, cap):
+        a.free(p)                               # deferred until no capture is underway
     assert b.calls(0)["event_record"] == 0
     a.end_allocate_to_pool((9, 9))
     b.complete_all()
     a.free(a.malloc(4096, 0))                   # inserts the deferred event
     assert b.calls(0)["event_record"] == 1
+    b.complete_all()
+    a.free(a.malloc(4096, 0))
+    assert a.stats()["active.all.current"] == 0
+    a.release_pool((9, 9))
+    b.stream_destroy(0, cap)
+
+
+def test_capture_pool_alone_does_not_defer_frees():
+    # a thread whose current stream does not capture frees by the ordinary rules while the
+    # capture's routing is open (torch 2.15; accelrt deferred every thread's frees, s41)
+    a, b = make(auto_complete=False)
+    p = a.malloc(4096, 0)
+    a.record_stream(p, 1)
+    a.begin_allocate_to_pool((9, 9), capture=True)
+    a.free(p)
+    assert b.calls(0)["event_record"] == 1
+    a.end_allocate_to_pool((9, 9))
     b.complete_all()
     a.free(a.malloc(4096, 0))
     assert a.stats()["active.all.current"] == 0

@@ -46,9 +46,13 @@ def test_flag_says_which_build_is_loaded() -> None:
     # all of them compiled, or none: a partial build would make the flag lie
     assert set(loaded.values()) == {memory.compiled}, loaded
     # and the C Philox (setup.py's PHILOX), the C free list (FREE_LIST), the C block map
-    # (BLOCK_MAP) and the C lock (LOCK) come and go with them
+    # (BLOCK_MAP), the C lock (LOCK) and the C memory owner (OWNER) come and go with them
+    from accelrt import _memory_owner
     from accelrt.memory import _block_map, _free_list, _lock
     from accelrt.random import _philox
+    assert (_memory_owner._Memory is not _memory_owner.PyMemory) == memory.compiled
+    assert is_extension(importlib.import_module("accelrt._memory_owner_c")) if (
+        memory.compiled) else importlib.util.find_spec("accelrt._memory_owner_c") is None
     assert (_philox._kernel is not None) == memory.compiled
     assert (_free_list.FreeList is not _free_list.PyFreeList) == memory.compiled
     assert (_block_map.BlockMap is not _block_map.PyBlockMap) == memory.compiled
@@ -73,7 +77,8 @@ def test_info_reports_the_build() -> None:
 
 def test_pure_modules_stay_pure() -> None:
     # frame capture (recorded stacks) and the fork-safe lock stay Python in every build
-    for name in ("accelrt.memory._history", "accelrt.memory._lock", "accelrt.memory"):
+    for name in ("accelrt.memory._history", "accelrt.memory._lock", "accelrt.memory",
+                 "accelrt._memory_owner"):
         assert not is_extension(importlib.import_module(name)), name
 
 
@@ -459,7 +464,7 @@ def test_the_c_sources_of_the_compiled_build_ship_in_every_sdist() -> None:
     # must, or a wheel built from that sdist on a machine with a compiler fails
     setup = _setup_script()
     manifest = (ROOT / "MANIFEST.in").read_text().splitlines()
-    exts = [setup.PHILOX, setup.FREE_LIST, setup.BLOCK_MAP, setup.LOCK]
+    exts = [setup.PHILOX, setup.FREE_LIST, setup.BLOCK_MAP, setup.LOCK, setup.OWNER]
     for source in [s for ext in exts for s in [*ext.sources, *ext.depends]]:
         assert f"include {source}" in manifest, source
         assert (ROOT / source).is_file(), source

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from accelrt import _stream
 from accelrt.memory._allocator import DeviceCachingAllocator
 from accelrt.memory._config import AllocatorConfig
 from accelrt.testing._simulated import SimulatedBackend
@@ -21,10 +22,18 @@ class _Injected(RuntimeError):
 
 
 class _FailingRecord(SimulatedBackend):
-    """``event_record`` raises (the stream stays valid, so the failure is kept and raised)."""
+    """``event_record`` raises (the stream stays valid, so the failure is kept and raised);
+    the streams in ``capturing`` report that they capture."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.capturing: set[int] = set()
 
     def event_record(self, index: int, event: int, stream: int) -> None:
         raise _Injected("injected event_record failure")
+
+    def stream_is_capturing(self, index: int, stream: int) -> bool:
+        return stream in self.capturing
 
 
 @pytest.fixture
@@ -66,15 +75,19 @@ def test_a_deferred_free_whose_event_fails_leaves_no_cycle(no_gc: None) -> None:
     b = _FailingRecord()
     alloc = DeviceCachingAllocator(b, 0, AllocatorConfig())
     s = b.stream_create(0, 0)
+    cap = b.stream_create(0, 0)
+    b.capturing.add(cap)
     alloc.create_pool((1, 1))
     alloc.begin_allocate_to_pool((1, 1), capture=True)
     p = alloc.malloc(1 << 20, 0)
     alloc.record_stream(p, s)
-    alloc.free(p)                                  # deferred: the capture is on
+    with _stream._wrap(b, 0, cap):     # the calling thread's current stream captures
+        alloc.free(p)                              # deferred: the capture is on
     alloc.end_allocate_to_pool((1, 1))
     ref = _dropped(lambda: alloc.malloc(512, 0))
     assert ref() is None
     assert alloc.memory_allocated() == 0
     alloc.release_pool((1, 1))
     b.stream_destroy(0, s)
+    b.stream_destroy(0, cap)
     alloc.empty_cache()

@@ -32,6 +32,7 @@ from accelrt.backends.cpu import CpuBackend
 from accelrt.memory import PluggableAllocator
 from accelrt.memory._allocator import peek_allocator
 from accelrt.memory._config import EXPANDABLE_FALLBACK
+from accelrt.memory._oom import DOCS_POINTER
 from accelrt.testing import SimulatedBackend
 from tests.helpers.cpu_script import run_cpu_script
 from tests.helpers.expandable import fresh_fallback_warnings
@@ -74,7 +75,7 @@ def test_oom_message_without_vm_advises_max_split_size() -> None:
     assert msg.endswith(
         "is reserved by accelrt but unallocated. If reserved but unallocated memory is large "
         "try setting ACCELRT_ALLOC_CONF=max_split_size_mb:<MiB> to avoid fragmentation (this "
-        "device has no virtual memory, so expandable_segments:True cannot help)."), msg
+        "device has no virtual memory, so expandable_segments:True cannot help)." + DOCS_POINTER), msg
     assert TORCH_ADVICE in _oom_message(f"{vm}:0", 100 * MiB)
     old = acc.memory.get_allocator_settings()
     try:
@@ -87,7 +88,7 @@ def test_oom_message_without_vm_advises_max_split_size() -> None:
     assert msg.endswith(
         "try a smaller ACCELRT_ALLOC_CONF max_split_size_mb (now 40) to avoid fragmentation "
         "(this device has no virtual memory, so expandable_segments:True, which is set, falls "
-        "back to ordinary segments here)."), msg
+        "back to ordinary segments here)." + DOCS_POINTER), msg
 
 
 # ---------------------------------------------------------------------- 2. -W error

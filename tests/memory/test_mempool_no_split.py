@@ -52,7 +52,7 @@ def test_default_is_false_and_bad_type_raises() -> None:
     with pytest.raises(TypeError, match="no_split"):
         memory.MemPool(no_split="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="no_split"):
-        memory.MemPool(no_split=1)  # type: ignore[arg-type]
+        memory.MemPool(no_split=[1])  # type: ignore[arg-type]
 
 
 def test_small_allocations_get_a_segment_each(dev: str) -> None:

@@ -348,7 +348,7 @@ def test_bound_host_pool_functions(bound: tuple[str, Any]) -> None:
     assert ns.host_memory_stats()["allocated_bytes.current"] == 0
 
 
-def test_bound_memory_functions_on_an_unusable_backend() -> None:
+def test_bound_memory_functions_on_an_unusable_backend(tmp_path: Any) -> None:
     from accelrt.testing import SimulatedBackend
 
     class Unusable(SimulatedBackend):
@@ -363,11 +363,13 @@ def test_bound_memory_functions_on_an_unusable_backend() -> None:
         ns = acc.backends.device_module("unusable_mem")
         ns.empty_cache()        # nothing was ever cached: no-ops, as in PyTorch
         ns.empty_host_cache()
-        for fn, args in (("memory_snapshot", ()), ("dump_snapshot", ("x.pickle",)),
-                         ("host_memory_stats", ()), ("record_memory_history", ()),
-                         ("caching_allocator_alloc", (512,))):
+        for fn, args in (("record_memory_history", ()), ("caching_allocator_alloc", (512,))):
             with pytest.raises(acc.BackendUnavailableError, match="frobnicator"):
                 getattr(ns, fn)(*args)
+        # as torch 2.15's CUDA build without a driver (session 41): empty answers
+        assert ns.memory_snapshot() == [] and ns.host_memory_stats() == {}
+        ns.dump_snapshot(str(tmp_path / "x.pickle"))
+        assert (tmp_path / "x.pickle").stat().st_size > 0
     finally:
         _unregister("unusable_mem")
 

@@ -546,11 +546,14 @@ def test_queries_on_an_unusable_backend_follow_pytorch() -> None:
     for fn, args in ((m.mem_get_info, ()), (m.reset_peak_memory_stats, ()),
                      (m.current_device, ()), (m.init, ()), (m.ipc_collect, ()),
                      (m.initial_seed, ()), (m.get_rng_state, ()), (m.synchronize, ()),
-                     (m.set_device, (0,)), (m.current_stream, ()), (m.memory_snapshot, ())):
+                     (m.set_device, (0,)), (m.current_stream, ())):
         with pytest.raises(acc.BackendUnavailableError, match="frobnicator"):
             fn(*args)
     with pytest.raises(ValueError, match="Expected a dmunusable device, but got: cpu:0"):
         m.memory_allocated("cpu:0")    # a wrong argument is still an error
+    # session 41: torch 2.15 (its CUDA build without a driver) answers these too
+    assert m.memory_snapshot() == [] and m.host_memory_stats() == {}
+    assert m.get_allocator_backend() == "native"
 
 
 def test_acc_cuda_memory_queries_without_a_gpu() -> None:
@@ -669,8 +672,10 @@ def test_memory_submodule_has_torch_cuda_memory_names(mod: str, tmp_path: Any) -
     assert mm is m.memory and mm.__name__ == f"accelrt.{mod}.memory"
     assert mm.memory_allocated == m.memory_allocated and mm.MemPool is acc.memory.MemPool
     if not m.is_available():
+        # torch 2.15 without a driver: an empty snapshot (session 41); recording raises
+        assert mm._snapshot()["segments"] == []
         with pytest.raises(acc.BackendUnavailableError):
-            mm._snapshot()
+            mm._record_memory_history("all")
         return
     mm._record_memory_history("all", "all", "all", 1000, None, True, False, False, None)
     p = m.caching_allocator_alloc(4096, 0)

@@ -89,7 +89,7 @@ def test_set_device_index_negative_is_a_no_op(four: str, arg: int) -> None:
     (acc.device("cpu", 0), ValueError, "doesn't match the current accelerator"),
     ("opencl:0", ValueError, "doesn't match the current accelerator"),
     ("cuda:0", ValueError, "doesn't match the current accelerator"),
-    ("", ValueError, "Invalid device string"),
+    ("", ValueError, "Device string must not be empty"),
     ("nope:0", acc.BackendUnavailableError, "Unknown backend 'nope'"),
 ])
 def test_set_device_index_refusals_change_nothing(four: str, arg: Any, error: type,

@@ -260,7 +260,7 @@ def test_every_device_form(device: object, where: str | None) -> None:
     ("s24arr:3", IndexError, "out of index range"), ("s24arr:99", IndexError, "out of index"),
     (DeviceLater("s24arr", 7), IndexError, "out of index"),
     ("s24arr:-1", ValueError, "Invalid device string"), ("s24arr:x", ValueError, "Invalid"),
-    ("", ValueError, "Invalid device string"), ("nosuchbackend:0", acc.BackendUnavailableError,
+    ("", ValueError, "Device string must not be empty"), ("nosuchbackend:0", acc.BackendUnavailableError,
                                                 "Unknown backend"),
     (1.0, TypeError, "float"), (True, TypeError, "bool"),
     # bytes and numpy integers are devices as torch's parser reads them (session 26w):

@@ -425,18 +425,20 @@ TABLE: list[tuple[str, Callable[[Any], object], list[tuple[list[Any], type[BaseE
     ]),
     ("record_memory_history(max_entries)",
      lambda v: memory.record_memory_history("all", max_entries=v, device=f"{B}:0"), [
-        ([True, False, np.int64(5), 1.5, "5", None, Index()], TypeError,
-         r"^max_entries must be an int, got"),
+        # (True, False, np.int64(5) and Index() are taken, as torch 2.15's size_t binding
+        # takes them: session 41)
+        ([1.5, "5", None, EqAll()], TypeError, r"^max_entries must be an int, got"),
         ([-1, -2 ** 63 - 1, 2 ** 64, 2 ** 70], TypeError,
          r"^max_entries must be an int in \[0, 2\*\*64\) \(PyTorch takes a size_t\), got"),
     ]),
+    # torch 2.15 reads mempool_id[0] and [1] (a 3-tuple's first two: session 41)
     ("memory_snapshot(mempool_id)", lambda v: memory.memory_snapshot(v), [
-        ([1, (1,), (1, 2, 3), (1.0, 2), (True, 1), "ab", EqAll()], TypeError,
-         r"^mempool_id must be a pair of ints"),
+        ([1, (1,), EqAll()], TypeError, r"^mempool_id must be a pair of ints"),
+        ([(1.0, 2), (True, 1), "ab"], TypeError, r"^mempool_id elements must be integers"),
     ]),
     ("cpu.memory_snapshot(mempool_id)", lambda v: acc.cpu.memory_snapshot(v), [
-        ([True, 1, (1,), (1.0, 2), "ab", EqAll()], TypeError,
-         r"^mempool_id must be a pair of ints"),
+        ([True, 1, (1,), EqAll()], TypeError, r"^mempool_id must be a pair of ints"),
+        ([(1.0, 2), "ab"], TypeError, r"^mempool_id elements must be integers"),
     ]),
     ("comm.broadcast(devices)", lambda v: comm.broadcast(_arrays()[0], [0, v]), [
         ([True, 1.5, None, object(), np.int64(1)], TypeError,

@@ -56,7 +56,7 @@ def test_wrap_accepts_priority_zero_of_any_int_type() -> None:
     ({"device_index": True}, TypeError, "device_index must be an int"),
     ({"device_type": "cpu:0"}, ValueError, "must not include an index"),
     ({"device_type": "CPU"}, acc.BackendUnavailableError, "did you mean 'cpu'"),
-    ({"device_type": ""}, ValueError, "Invalid device string"),
+    ({"device_type": ""}, ValueError, "Device string must not be empty"),
     ({"device_type": acc.device("cpu")}, TypeError, "device_type must be a backend name"),
 ])
 def test_wrap_hostile_arguments(kw: dict[str, Any], exc: type[Exception], match: str) -> None:

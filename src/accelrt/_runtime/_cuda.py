@@ -62,6 +62,22 @@ class CudaModule(DeviceModule[_S, _E]):
             return _nvml.list_gpu_processes(idx, h)
         return _NVML[what](h)
 
+    def list_gpu_processes(self, device: DeviceLike = None) -> str:
+        """The processes using the GPU and their memory, one line each
+        (``torch.cuda.list_gpu_processes``); without a usable NVIDIA driver torch 2.15's
+        message, ``"cuda driver can't be loaded, is cuda enabled?"``, not an error.
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> out = acc.cuda.list_gpu_processes()
+            >>> out.startswith("GPU:") or out == "cuda driver can't be loaded, is cuda enabled?"
+            True
+        """
+        if self._usable() is None:
+            return "cuda driver can't be loaded, is cuda enabled?"
+        return super().list_gpu_processes(device)
+
     def _profiler_start(self) -> None:
         from ..backends.cuda import _profiler
         b, idx = self._resolve(None)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import _device as _dev
-from .._errors import OutOfMemoryError, type_shown
+from .._errors import AcceleratorTypeError, OutOfMemoryError, type_shown
 from ..memory import _pluggable
 from ..memory._history_forms import _torch_record_memory_history
 from ..memory._stats import nest_host_stats, nest_stats
@@ -38,6 +38,17 @@ if TYPE_CHECKING:
     from ..memory._host import HostCachingAllocator
 
 __all__ = ["MemoryFunctions", "MemoryModule"]
+
+
+def _binding_str(value: object, what: str, hint: str = "") -> str:
+    """``value`` as torch 2.15's ``std::string`` binding reads it: a str (a subclass by its
+    value) or UTF-8 ``bytes``; anything else raises ``TypeError`` ("{what}, got int{hint}"),
+    bytes that are not UTF-8 ``UnicodeDecodeError`` (a ``ValueError``)."""
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8")
+    raise TypeError(f"{what}, got {type_shown(value)}{hint}")
 
 
 @contextlib.contextmanager
@@ -128,9 +139,12 @@ class MemoryFunctions(ModuleBase):
             reset(a)
 
     def _host_pool(self) -> HostCachingAllocator | None:
-        """The backend's pinned host pool if it was started (the backend must be usable)."""
+        """The backend's pinned host pool if it was started (``None`` where the backend
+        cannot be used: torch 2.15's host statistics read ``{}`` there, its resets do
+        nothing)."""
         from ..memory import _host
-        self._b()
+        if self._usable() is None:
+            return None
         return _host.peek_host_allocator(self.name)
 
     def _reset_host_pool(self, reset: Callable[[HostCachingAllocator], None]) -> None:
@@ -138,6 +152,18 @@ class MemoryFunctions(ModuleBase):
         pool = self._host_pool()
         if pool is not None:
             reset(pool)
+
+    def _indexed(self, device: DeviceLike) -> _dev.device:
+        """The device of a ``device`` argument that torch reads with ``_get_device_index(device)``
+        (``caching_allocator_alloc``, the memory fraction, ``use_mem_pool``): ``None`` is the
+        current device, and a device without an index (``"cuda"``) is torch's ``ValueError``
+        where the statistics take it for the current device."""
+        d = typed(self.name, device)
+        if isinstance(d, _dev.device) and d.index is None:
+            raise ValueError(f"Expected a {self.name} device with a specified index or an "
+                             f"integer, but got:{device} (pass {self.name}:0, or None for the "
+                             "current device)")
+        return self._device(d)
 
     # ------------------------------------------------------------------ memory statistics
     def memory_stats(self, device: DeviceLike = None) -> collections.OrderedDict[str, int]:
@@ -332,7 +358,9 @@ class MemoryFunctions(ModuleBase):
             >>> acc.cpu.get_allocator_backend()
             'native'
         """
-        from ..memory._pluggable import get_allocator_backend
+        from ..memory._pluggable import _current, get_allocator_backend
+        if self._usable() is None:   # (torch 2.15 answers without a device: its default)
+            return "pluggable" if self.name in _current else "native"
         return get_allocator_backend(self.name)
 
     def attach_out_of_memory_observer(
@@ -399,7 +427,7 @@ class MemoryFunctions(ModuleBase):
             >>> acc.cpu.set_per_process_memory_fraction(1.0)
         """
         from .. import memory
-        memory.set_per_process_memory_fraction(fraction, self._device(device))
+        memory.set_per_process_memory_fraction(fraction, self._indexed(device))
 
     def get_per_process_memory_fraction(self, device: DeviceLike = None) -> float:
         """The fraction set by :meth:`set_per_process_memory_fraction` (1.0: no cap).
@@ -411,7 +439,7 @@ class MemoryFunctions(ModuleBase):
             1.0
         """
         from .. import memory
-        return memory.get_per_process_memory_fraction(self._device(device))
+        return memory.get_per_process_memory_fraction(self._indexed(device))
 
     def caching_allocator_alloc(self, size: int, device: DeviceLike = None,
                                 stream: Stream | int | None = None) -> int:
@@ -424,7 +452,7 @@ class MemoryFunctions(ModuleBase):
             >>> acc.cpu.caching_allocator_delete(p)
         """
         from .. import memory
-        return memory.caching_allocator_alloc(size, self._device(device), stream)
+        return memory.caching_allocator_alloc(size, self._indexed(device), stream)
 
     def caching_allocator_delete(self, mem_ptr: int) -> None:
         """Free memory from :meth:`caching_allocator_alloc` (back to the cache).
@@ -463,12 +491,15 @@ class MemoryFunctions(ModuleBase):
             >>> del x
         """
         from .. import memory
-        return memory.use_mem_pool(pool, self._device(device))
+        return memory.use_mem_pool(pool, self._indexed(device))
 
     # ------------------------------------------------------------------ history, snapshots
     def _snapshot(self, augment_with_fx_traces: bool = False) -> dict[str, Any]:
         from .. import memory
-        self._b()
+        if self._usable() is None:   # no device: torch 2.15's empty snapshot, no error
+            from ..memory._snapshot import build_snapshot
+            memory._torch_only("_snapshot", augment_with_fx_traces=augment_with_fx_traces)
+            return build_snapshot(None, [], memory._settings_dict(None))
         return memory._snapshot(_dev._type_device(self.name), augment_with_fx_traces)
 
     def memory_snapshot(self, mempool_id: tuple[int, int] | None = None,
@@ -482,8 +513,11 @@ class MemoryFunctions(ModuleBase):
                 segments never carry (in PyTorch neither): ``False`` returns the same list.
 
         Raises:
-            TypeError: ``mempool_id`` is not a pair of ints or None, or ``include_traces`` is
-                not a bool.
+            TypeError: ``mempool_id`` is not a pair of ints or None (its first two items
+                are read, as torch 2.15 reads them), or ``include_traces`` is not a bool
+                (also a ``RuntimeError`` when an item is no int or the flag no bool,
+                as torch's).
+            ValueError: an item of ``mempool_id`` is outside the int64 range.
 
         Example::
 
@@ -492,6 +526,11 @@ class MemoryFunctions(ModuleBase):
             True
         """
         from ..memory import _backend_segments
+        from ..memory import _check_include_traces, _check_mempool_id
+        if self._usable() is None:   # no device: torch 2.15's [] (the arguments checked)
+            _check_mempool_id(mempool_id)
+            _check_include_traces(include_traces)
+            return []
         return cast("list[dict[str, Any]]",
                     _backend_segments(self._b(), mempool_id, include_traces))
 
@@ -610,7 +649,8 @@ class MemoryFunctions(ModuleBase):
         cache served. Blocks cached before stay cached (``empty_cache`` releases them).
 
         Raises:
-            TypeError: ``value`` is not a bool.
+            TypeError: ``value`` is not a bool (also a ``RuntimeError``, as torch 2.15's
+                "cudaCachingAllocator_enable expects a bool, but got int").
 
         Example::
 
@@ -620,9 +660,10 @@ class MemoryFunctions(ModuleBase):
             >>> del x
             >>> acc.cpu.caching_allocator_enable(True)
         """
-        if not isinstance(value, bool):
-            raise TypeError(f"caching_allocator_enable() takes a bool, got "
-                            f"{type_shown(value)}")
+        if not isinstance(value, bool):   # (torch 2.15: a RuntimeError, in these words)
+            raise AcceleratorTypeError(f"cudaCachingAllocator_enable expects a bool, but got "
+                                       f"{type_shown(value)} (caching_allocator_enable() "
+                                       "takes True or False)")
         from ..memory._allocator import set_caching
         set_caching(self.name, value)
 
@@ -758,7 +799,8 @@ class MemoryModule(TypedMemoryModule):
         passing it back restores the same metadata.
 
         Raises:
-            TypeError: ``metadata`` is neither a str nor a dict, or the dict holds a value
+            TypeError: ``metadata`` is neither a str (or UTF-8 ``bytes``, which PyTorch's
+                ``std::string`` binding takes too) nor a dict, or the dict holds a value
                 JSON cannot encode (raised now, even when the metadata would be ignored).
             ValueError: the dict refers to itself (a circular reference).
         """
@@ -766,17 +808,114 @@ class MemoryModule(TypedMemoryModule):
         if isinstance(metadata, dict):
             import json
             metadata = json.dumps(metadata, separators=(",", ":"))
-        if not isinstance(metadata, str):
-            raise TypeError(f"memory metadata must be a str or a dict, got "
-                            f"{type_shown(metadata)}; pass '' to clear it")
+        text = _binding_str(metadata, "memory metadata must be a str or a dict",
+                            "; pass '' to clear it")
+        self._dm._b()   # (no device: BackendUnavailableError, as torch 2.15's CUDA error)
         if self._memory_metadata_supported():
-            set_metadata(self._dm.name, metadata)
+            set_metadata(self._dm.name, text)
 
     def _get_memory_metadata(self) -> str:
         """``torch.cuda.memory._get_memory_metadata``: the calling thread's metadata of this
         backend (``""`` when none is set, and always with an allocator other than the caching
         one)."""
         from ..memory._history import get_metadata
+        self._dm._b()   # (no device: BackendUnavailableError, as torch 2.15's CUDA error)
         if not self._memory_metadata_supported():
             return ""
         return get_metadata(self._dm.name)
+
+    def _native_allocators(self) -> list[Any]:
+        """The started caching allocators of the backend's devices (none unless the backend
+        uses the caching allocator, the only one that keeps per-allocation stacks)."""
+        b = self._dm._usable()
+        if b is None or not self._memory_metadata_supported():
+            return []
+        from ..memory._allocator import peek_allocator
+        found = [peek_allocator(b.name, i) for i in range(b.device_count())]
+        return [a for a in found if a is not None]
+
+    def _allocation_traceback(self, data_ptr: int) -> list[dict[str, Any]] | None:
+        """``torch.cuda.memory._allocation_traceback`` (torch 2.15): the stack (frame dicts
+        ``filename``/``line``/``name``, innermost first) recorded when the live allocation that
+        starts at ``data_ptr`` (an array's ``data_ptr()``) was made, or ``None`` when no live
+        allocation of the backend's caching allocators starts there or none was recorded
+        (history off, or ``context=None``; as PyTorch, an address inside an allocation finds
+        nothing).
+
+        Raises:
+            TypeError: ``data_ptr`` is not an int (PyTorch: "an integer is required").
+            OverflowError: ``data_ptr`` is 2**64 or more (PyTorch's pointer conversion).
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.memory._record_memory_history(context="state")
+            >>> x = acc.zeros(256, device="cpu")
+            >>> acc.cpu.memory._allocation_traceback(x.data_ptr())[0]["name"]
+            '<module>'
+            >>> acc.cpu.memory._record_memory_history(None)
+        """
+        from ..memory._history import allocation_frames
+        if not isinstance(data_ptr, int):
+            raise TypeError(f"an integer is required: _allocation_traceback() takes the int "
+                            f"address of an allocation (data_ptr()), got {type_shown(data_ptr)}")
+        ptr = int(data_ptr)
+        if ptr >= 1 << 64:
+            raise OverflowError(f"Python int too large to convert to a pointer: {ptr:#x} is "
+                                "2**64 or more; pass an array's data_ptr()")
+        for a in self._native_allocators():
+            live, frames = allocation_frames(a, ptr)
+            if live:
+                return frames
+        return None
+
+    def _annotate_tensor(self, tensor: Any, metadata: str) -> None:
+        """``torch.cuda.memory._annotate_tensor`` (torch 2.15): while history is recorded,
+        add an ``annotate`` trace entry for the allocation of ``tensor`` (an
+        :class:`accelrt.Array` of this backend): its ``addr`` is the allocation's address,
+        its ``user_metadata`` is ``metadata`` and its ``frames`` the caller's stack (from
+        ``context="alloc"`` up). Nothing is recorded while history is off, with
+        ``skip_actions=["annotate"]``, or with an allocator other than the caching one.
+
+        Raises:
+            TypeError: ``tensor`` is not an :class:`accelrt.Array` (also an
+                ``AttributeError``, as PyTorch's ``tensor.is_cuda``) or ``metadata`` is not
+                a str.
+            ValueError: the array is on another backend's device (PyTorch: "expected a CUDA
+                tensor, got device cpu").
+            RuntimeError: no live allocation of the caching allocator starts at the array's
+                memory (an empty array, or memory borrowed from another library), as
+                PyTorch's "annotateMemory: no live allocation found at pointer ...".
+
+        Example::
+
+            >>> import accelrt as acc
+            >>> acc.cpu.memory._record_memory_history()
+            >>> x = acc.zeros(256, device="cpu")
+            >>> acc.cpu.memory._annotate_tensor(x, "packed for backward")
+            >>> acc.cpu.memory._snapshot()["device_traces"][0][-1]["user_metadata"]
+            'packed for backward'
+            >>> acc.cpu.memory._record_memory_history(None)
+        """
+        from .._array import Array
+        from .._errors import AcceleratorValueError, _WrongKindError
+        from ..memory._allocator import peek_allocator
+        from ..memory._history import annotate_allocation
+        if not isinstance(tensor, Array):
+            raise _WrongKindError(f"_annotate_tensor() takes an accelrt.Array, got "
+                                  f"{type_shown(tensor)}")
+        if tensor._b.name != self._dm.name:
+            raise ValueError(f"expected a {self._dm.name} array, got device "
+                             f"{tensor._b.name}:{tensor._index}")
+        metadata = _binding_str(metadata, "_annotate_tensor() metadata must be a str")
+        ptr = tensor.data_ptr()
+        if not self._memory_metadata_supported():
+            return   # (PyTorch: ignored by the other allocator backends)
+        a = peek_allocator(tensor._b.name, tensor._index)
+        if a is None or not annotate_allocation(a, ptr, metadata):
+            shown_ptr = f"{ptr:#x}" if ptr else "0"
+            raise AcceleratorValueError(
+                f"annotateMemory: no live allocation found at pointer {shown_ptr} (the "
+                f"array's memory is not an allocation of the {tensor._b.name}:"
+                f"{tensor._index} caching allocator: an empty array, or memory borrowed from "
+                "another library); annotate an array that accelrt allocated")

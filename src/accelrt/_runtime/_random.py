@@ -93,8 +93,8 @@ class RandomFunctions(ModuleBase):
             >>> acc.cpu.seed()
             >>> acc.cpu.set_rng_state(saved)
         """
-        import secrets
-        self.manual_seed(secrets.randbits(64))
+        from ..random._generator import nondeterministic_seed
+        self.manual_seed(nondeterministic_seed())
 
     def seed_all(self) -> None:
         """Seed every device's default generator with one random number; silently ignored
@@ -109,8 +109,8 @@ class RandomFunctions(ModuleBase):
             1
             >>> acc.cpu.set_rng_state_all(saved)
         """
-        import secrets
-        self.manual_seed_all(secrets.randbits(64))
+        from ..random._generator import nondeterministic_seed
+        self.manual_seed_all(nondeterministic_seed())
 
     @property
     def default_generators(self) -> tuple[Generator, ...]:

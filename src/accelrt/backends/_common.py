@@ -37,9 +37,9 @@ import numpy as np
 from .._device import _index_arg
 from .._errors import DeviceError, caused, shown, type_shown
 
-__all__ = ["HandleTable", "KeptErrors", "bad_handle", "check_byte", "check_index", "check_int",
-           "check_ptr", "check_size", "check_u64", "fill_pattern", "reset_in_child",
-           "stream_failed"]
+__all__ = ["HandleTable", "KeptErrors", "bad_handle", "capture_refuses_sync", "check_byte",
+           "check_index", "check_int", "check_ptr", "check_size", "check_u64", "fill_pattern",
+           "reset_in_child", "stream_failed"]
 
 _FILL_DTYPES: dict[int, Any] = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
@@ -329,3 +329,30 @@ def fill_pattern(pattern: object) -> tuple[bytes, Any]:
     if dtype is None:
         raise ValueError(f"fill pattern is {len(data)} bytes long; it must be 1, 2, 4 or 8 bytes")
     return data, dtype
+
+
+def capture_refuses_sync(backend: str, device: str, stream: str, began_in: int, mode: str,
+                         thread: int) -> str | None:
+    """Why a capture of ``stream`` (on ``device`` of ``backend``), begun in thread
+    ``began_in`` in capture ``mode``, forbids thread ``thread`` a synchronize of the device,
+    or None where it does not: CUDA's rule for a thread in the default (global) interaction
+    mode (docs/graphs.md): its own capture forbids it unless begun ``"relaxed"``, another
+    thread's only if begun ``"global"``. The cpu and cuda backends refuse with it.
+
+    Example::
+
+        >>> from accelrt.backends._common import capture_refuses_sync
+        >>> capture_refuses_sync("cpu", "cpu:0", "7", 1, "thread_local", 2) is None
+        True
+        >>> capture_refuses_sync("cpu", "cpu:0", "7", 1, "global", 2)[:40]
+        'cpu: synchronize is not permitted while '
+    """
+    own = began_in == thread
+    if (mode == "relaxed") if own else (mode != "global"):
+        return None
+    whose = ("begun in this thread" if own else
+             "begun in another thread with capture_error_mode 'global'")
+    fix = ("capture with capture_error_mode 'relaxed' to allow it" if own else
+           "or capture with 'thread_local' to allow other threads' calls")
+    return (f"{backend}: synchronize is not permitted while stream {stream} of {device} is "
+            f"capturing a graph ({whose}); end the capture first, {fix}")

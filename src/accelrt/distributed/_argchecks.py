@@ -22,39 +22,13 @@ import numpy as np
 
 from .._array import Array
 from .._errors import AcceleratorValueError, type_shown
+from .._errors import _bool_arg as _bool_arg   # (shared with accelrt.memory)
 from ._errors import _DtypeMismatchError, _NotAListError
 from . import _group as _group_mod
 from ._group import ProcessGroup
 
 __all__ = ["_bool_arg", "_check_length", "_check_list", "_check_same", "_check_self_pair",
            "_check_single", "_size_check", "_split_sizes"]
-
-
-def _bool_arg(what: str, value: object, name: str) -> bool:
-    """``value``'s truth as torch 2.15's pybind11 bool binding reads it (``None`` is False,
-    numbers and what has ``__bool__`` their truth), read once; a value without ``__bool__``
-    (a str, a list) or whose ``__bool__`` raises or answers a non-bool (a numpy array of two
-    items) is its ``TypeError`` "incompatible function arguments".
-
-    Example::
-
-        >>> from accelrt.distributed._argchecks import _bool_arg
-        >>> _bool_arg("monitored_barrier", None, "wait_all_ranks")
-        False
-        >>> _bool_arg("monitored_barrier", "yes", "wait_all_ranks")
-        Traceback (most recent call last):
-        ...
-        TypeError: monitored_barrier(): incompatible function arguments: wait_all_ranks must be a bool, got str
-    """
-    if value is None:
-        return False
-    try:
-        if not hasattr(type(value), "__bool__"):
-            raise TypeError
-        return bool(value)
-    except Exception:
-        raise TypeError(f"{what}(): incompatible function arguments: {name} must be a bool, "
-                        f"got {type_shown(value)}") from None
 
 
 def _check_single(what: str, param: object, name: str) -> None:

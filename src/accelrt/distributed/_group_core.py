@@ -89,6 +89,14 @@ class GroupCore:
     made on its own.
     """
 
+    def __reduce_ex__(self, protocol: object) -> Any:
+        # torch's ProcessGroup refuses copy.copy, copy.deepcopy and pickle with TypeError; a
+        # shallow copy here was a second group sharing the engines and communicators but
+        # counting its own sequence numbers, unknown to the world's registry
+        raise TypeError(f"cannot pickle {type(self).__name__!r} object: a process group "
+                        "belongs to the processes that made it and cannot be copied or sent; "
+                        "pass its ranks (get_process_group_ranks) or its group_name instead")
+
     def __init__(self, name: str, rank: int, size: int, global_ranks: list[int],
                  engine_map: dict[str, str], backend_str: str, timeout: float,
                  mpi_comm: Any, global_rank: int, group_name: str = "0") -> None:

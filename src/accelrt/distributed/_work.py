@@ -231,6 +231,13 @@ class Future:
         (True, 42)
     """
 
+    def __reduce_ex__(self, protocol: object) -> Any:
+        # torch's Future refuses pickle, copy.copy and copy.deepcopy with this RuntimeError;
+        # a copy here shared the original's lock and callbacks, or failed on the lock
+        raise RuntimeError("Can not pickle accelrt.distributed.Future (as torch's 'Can not "
+                           "pickle torch.futures.Future'): wait() for its value and copy or "
+                           "send the value instead")
+
     def __init__(self) -> None:
         self._lock = reinit_after_fork(threading.Condition(threading.RLock()))
         self._done = False
@@ -467,6 +474,13 @@ class Work:
         >>> w.is_completed(), w.wait()
         (True, True)
     """
+
+    def __reduce_ex__(self, protocol: object) -> Any:
+        # torch's Work refuses pickle, copy.copy and copy.deepcopy with TypeError; a copy
+        # here was a second handle on the operation (a deep one with copies of its arrays)
+        raise TypeError("cannot pickle 'Work' object: a work handle belongs to the process "
+                        "that started the operation; wait() for it and copy or send the "
+                        "result instead")
 
     def __init__(self, group: ProcessGroup | None, op: str, seq: int, *,
                  event: Event | None = None, stream_of: tuple[Any, int] | None = None,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import itertools
+import operator
 import sys
 import threading
 import warnings
@@ -33,9 +34,11 @@ import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from .. import _device
 from .._device import _get_device, _plain_int, _tls
-from .._errors import AcceleratorValueError, shown, type_shown
+from .._errors import AcceleratorTypeError, AcceleratorValueError, _bool_arg, shown, type_shown
 from .._fork import reinit_after_fork
 from .._handles import StreamHandle
 from .._stream_callback import refuse
@@ -340,31 +343,30 @@ _TORCH_ONLY = {
 }
 
 
-def _torch_only(**flags: bool) -> None:
-    """Accept torch 2.14's parameters that cannot apply to accelrt at their default
-    (``False``); raise for ``True`` (a ``ValueError``) or a non-bool (a ``TypeError``)."""
+def _torch_only(what: str = "_record_memory_history", **flags: object) -> None:
+    """Accept torch 2.14's parameters that cannot apply to accelrt when false (read as
+    torch's bool binding reads them: ``None`` and ``0`` are false); raise for a true value (a
+    ``ValueError``) or one no bool binding takes, such as a str (a ``TypeError``)."""
     for name, value in flags.items():
-        if value is False:
+        if not _bool_arg(what, value, name):
             continue
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, got {type_shown(value)}")
         raise ValueError(f"{name}=True is not supported: in PyTorch it {_TORCH_ONLY[name]}; "
                          f"pass {name}=False (the default)")
 
 
-def _device_history_only(record_pinned_host_memory: bool, record_cuda: bool) -> None:
+def _device_history_only(record_pinned_host_memory: object, record_cuda: object) -> None:
     """Accept torch 2.14's ``record_pinned_host_memory=False`` and ``record_cuda=True`` (the
-    device allocator's history, the only one accelrt keeps); raise for the other values."""
-    for name, value in (("record_pinned_host_memory", record_pinned_host_memory),
-                        ("record_cuda", record_cuda)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, got {type_shown(value)}")
-    if record_pinned_host_memory:
+    device allocator's history, the only one accelrt keeps), read as torch's bool binding
+    reads them; raise for the other values."""
+    pinned = _bool_arg("_record_memory_history", record_pinned_host_memory,
+                       "record_pinned_host_memory")
+    cuda = _bool_arg("_record_memory_history", record_cuda, "record_cuda")
+    if pinned:
         raise ValueError("record_pinned_host_memory=True is not supported: accelrt's pinned "
                          "host pool keeps no allocation history (PyTorch adds host_segments "
                          "and host_traces to the snapshot); pass record_pinned_host_memory="
                          "False (the default) and read host_memory_stats() for the pool")
-    if not record_cuda:
+    if not cuda:
         raise ValueError("record_cuda=False is not supported: in PyTorch it records only the "
                          "pinned host pool, whose history accelrt does not keep; pass "
                          "record_cuda=True (the default)")
@@ -418,6 +420,7 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
     # checked here, before any allocator (of the compiled build: its own type errors) sees
     # them, and whether or not a device has started
     stop = check_history_args(enabled, context, stacks, max_entries, skip_actions)[0] is None
+    clear = _bool_arg("_record_memory_history", clear_history, "clear_history")
     if device is None:
         b = _device._require_current()
         targets = [(b, i) for i in range(b.device_count())]
@@ -426,18 +429,18 @@ def record_memory_history(enabled: str | bool | None = "all", context: str | Non
     for b, i in targets:
         if stop and peek_allocator(b.name, i) is None:
             continue
-        get_allocator(b, i).record_history(enabled, context, stacks, max_entries,
-                                           bool(clear_history), skip_actions)
+        get_allocator(b, i).record_history(enabled, context, stacks,
+                                           operator.index(max_entries), clear, skip_actions)
 
 
 #: PyTorch's legacy form takes ``trace_alloc_max_entries`` as an int64.
-def _settings_dict(b: Backend) -> dict[str, Any]:
+def _settings_dict(b: Backend | None) -> dict[str, Any]:
     """A snapshot's ``allocator_settings`` for backend ``b``: ``expandable_segments`` is what
     its allocators do (PyTorch's ``expandable_segments()`` answers ``False`` where the platform
     cannot), so ``False`` when none of its devices has virtual memory; the settings string is
     the one given."""
     cfg = get_config()
-    expandable = cfg.expandable_segments and any(
+    expandable = cfg.expandable_segments and b is not None and any(
         b.capabilities(i).virtual_memory for i in range(b.device_count()))
     return {
         "PYTORCH_CUDA_ALLOC_CONF": cfg.settings,
@@ -475,15 +478,18 @@ def _snapshot(device: DeviceLike = None, augment_with_fx_traces: bool = False
         >>> list(memory._snapshot("cpu"))
         ['segments', 'device_traces', 'allocator_settings', 'external_annotations', 'host_segments', 'host_traces', 'library_roots']
     """
-    _torch_only(augment_with_fx_traces=augment_with_fx_traces)
+    _torch_only("_snapshot", augment_with_fx_traces=augment_with_fx_traces)
     b, _ = _get_device(device)
     allocators = [peek_allocator(b.name, i) for i in range(b.device_count())]
     return build_snapshot(b, allocators, _settings_dict(b))
 
 
 def _check_include_traces(include_traces: bool) -> None:
+    """torch 2.15's check (a ``RuntimeError`` there: "include_traces must be a boolean"; an
+    :class:`AcceleratorTypeError`, also a ``TypeError``, here)."""
     if not isinstance(include_traces, bool):
-        raise TypeError(f"include_traces must be a bool, got {type_shown(include_traces)}")
+        raise AcceleratorTypeError(f"include_traces must be a boolean (True or False), got "
+                                   f"{type_shown(include_traces)}")
 
 
 def memory_snapshot(mempool_id: tuple[int, int] | None = None,
@@ -498,8 +504,11 @@ def memory_snapshot(mempool_id: tuple[int, int] | None = None,
             same segments.
 
     Raises:
-        TypeError: ``mempool_id`` is not a pair of ints or None, or ``include_traces`` is not
-            a bool.
+        TypeError: ``mempool_id`` is not a pair of ints or None (its first two items
+            are read, as torch 2.15 reads them), or ``include_traces`` is not a bool
+            (also a ``RuntimeError`` when an item is no int or the flag no bool,
+            as torch's).
+        ValueError: an item of ``mempool_id`` is outside the int64 range.
 
     Example::
 
@@ -522,27 +531,48 @@ def _backend_segments(b: Backend, mempool_id: tuple[int, int] | None,
     return segments
 
 
+class _PoolIdIndexError(TypeError, IndexError):
+    """A ``mempool_id`` of fewer than two items: torch 2.15's ``mempool_id[1]`` raises
+    ``IndexError``; a ``TypeError`` naming the argument here too."""
+
+
 def _check_mempool_id(mempool_id: object) -> tuple[int, int] | None:
-    """``memory_snapshot``'s ``mempool_id`` as a tuple (``None`` stays ``None``).
+    """``memory_snapshot``'s ``mempool_id`` as a tuple (``None`` stays ``None``), read as
+    torch 2.15 reads it: its first two items (``memory_snapshot`` passes ``(mempool_id[0],
+    mempool_id[1], include_traces)`` to its binding), each an int or a numpy integer (not a
+    bool) in the int64 range; a negative one names no pool (PyTorch's pool ids are unsigned),
+    and ``(0, 0)`` is every pool's segments, as in PyTorch.
 
     Raises:
-        TypeError: it is not a pair of ints in [0, 2**64) (a :attr:`MemPool.id`) or None.
+        TypeError: it cannot be indexed (also an ``IndexError`` when it has fewer than two
+            items), or an item is not an integer (also a ``RuntimeError``, torch's "mempool_id
+            elements must be integers").
+        ValueError: an item is outside ``[-2**63, 2**63)`` (torch's "Overflow when unpacking
+            long long").
     """
     if mempool_id is None:
         return None
-    if (not isinstance(mempool_id, (tuple, list)) or len(mempool_id) != 2
-            or not all(isinstance(x, int) and not isinstance(x, bool) for x in mempool_id)):
+    try:
+        pair = (mempool_id[0], mempool_id[1])   # type: ignore[index]
+    except IndexError:
+        raise _PoolIdIndexError(f"mempool_id must be a pair of ints (a MemPool.id) or None, "
+                                f"got {shown(mempool_id):.60}") from None
+    except (TypeError, KeyError):
         raise TypeError("mempool_id must be a pair of ints (a MemPool.id) or None, got "
-                        f"{type_shown(mempool_id)} {shown(mempool_id):.60}")
-    pid = _plain_int(mempool_id[0]), _plain_int(mempool_id[1])
-    if not all(0 <= v < 1 << 64 for v in pid):
-        # a pool id is PyTorch's MempoolId_t, a pair of unsigned 64-bit ints (as graph pool
-        # ids are checked); (-1, -1) was taken and matched no pool
-        raise TypeError(f"mempool_id {shown(pid):.80} is out of range: a pool id is a pair "
-                        "of ints in [0, 2**64); pass a MemPool.id, or None (or (0, 0)) for "
-                        "every pool")
-    # (0, 0) is every pool's segments, as PyTorch's memory_snapshot(None) passes (0, 0) for
-    # "all" to its allocator's snapshot
+                        f"{type_shown(mempool_id)} {shown(mempool_id):.60}") from None
+    values = []
+    for v in pair:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise AcceleratorTypeError(f"mempool_id elements must be integers (a MemPool.id is "
+                                       f"a pair of ints), got {type_shown(v)} {shown(v):.40}")
+        n = _plain_int(v) if isinstance(v, int) else int(v)   # (an int subclass by its value)
+        if not -(1 << 63) <= n < 1 << 63:
+            raise ValueError(f"mempool_id element {shown(n):.60} is out of range: PyTorch "
+                             "reads a pool id as two int64s (Overflow when unpacking long "
+                             "long); pass a MemPool.id, or None for every pool")
+        values.append(n % (1 << 64))
+    # a negative item is the unsigned pool id PyTorch's cast makes of it (no pool has it)
+    pid = values[0], values[1]
     return None if pid == (0, 0) else pid
 
 
@@ -738,7 +768,8 @@ class MemPool:
 
     Raises:
         TypeError: ``allocator`` is not a :class:`PluggableAllocator` or None, or
-            ``use_on_oom`` or ``no_split`` is not a bool.
+            ``use_on_oom`` or ``no_split`` is not what torch's bool binding takes (a str, a
+            list; ``None`` and numbers are read by their truth).
 
     Example::
 
@@ -756,12 +787,10 @@ class MemPool:
         if allocator is not None and not isinstance(allocator, PluggableAllocator):
             raise TypeError(f"MemPool(allocator=...) takes an accelrt.memory.PluggableAllocator "
                             f"or None, got {type_shown(allocator)}")
-        for name, flag in (("use_on_oom", use_on_oom), ("no_split", no_split)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"MemPool({name}=...) must be a bool, got {type_shown(flag)}")
         self._allocator = allocator
-        self._use_on_oom = use_on_oom
-        self._no_split = no_split
+        # read as torch 2.15's _MemPool binding reads them (None and numbers by their truth)
+        self._use_on_oom = _bool_arg("MemPool", use_on_oom, "use_on_oom")
+        self._no_split = _bool_arg("MemPool", no_split, "no_split")
         self._id = _user_pool_id()
         self._users: list[Any] = []          # allocators holding this pool's own reference
         self._home = dict(_tls.device)       # current devices: use_count()'s (torch: device_)

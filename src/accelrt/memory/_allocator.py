@@ -89,6 +89,7 @@ from ._pools import (
     create_pool,
     end_allocate_to_pool,
     end_allocate_to_pool_from_finalizer,
+    in_capture_context,
     pool_use_count,
     release_pool,
     release_pool_from_finalizer,
@@ -381,7 +382,9 @@ class DeviceCachingAllocator:
         else:
             rounded = self._round_size(size)
         pools = self._pools
-        if not pools.capturing:   # (frees wait while a graph captures; not for use_mem_pool)
+        # no event processing in a thread whose current stream captures (PyTorch 2.15's
+        # is_capture_context(): not for use_mem_pool, nor for other threads meanwhile)
+        if not pools.capturing or not in_capture_context(self):
             frees = self._stream_frees
             if frees.events or frees.deferred:
                 frees.process()

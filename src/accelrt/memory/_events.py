@@ -31,6 +31,7 @@ from .._handles import EventHandle, StreamHandle
 from ._block import Block, PrivatePool, StreamUse
 from ._fit import free_block
 from ._lock import StreamWait
+from ._pools import in_capture_context
 
 if TYPE_CHECKING:
     from .._backend import Backend
@@ -89,7 +90,7 @@ class StreamFrees:
         """A free of ``blk`` (recorded on other streams; stats already counted it pending):
         defer it during a graph capture, else record its events."""
         alloc = self._alloc
-        if alloc._pools.capturing:
+        if alloc._pools.capturing and in_capture_context(alloc):
             self.deferred.append(blk)
             alloc._update_simple()
         else:
@@ -184,10 +185,14 @@ class StreamFrees:
                 error = None
 
     def process(self) -> None:
-        """Complete the frees whose events have completed (PyTorch's process_events)."""
-        if self.deferred:
-            self.insert_deferred()
+        """Complete the frees whose events have completed (PyTorch's process_events).
+
+        The frees deferred during a capture record their events once no graph captures on
+        the device: another thread processing events meanwhile leaves them deferred, since
+        a stream they were used on may be the capturing one (docs/differences.md)."""
         alloc = self._alloc
+        if self.deferred and not alloc._pools.capturing:
+            self.insert_deferred()
         b = alloc._b
         for s in list(self.events):
             q = self.events[s]

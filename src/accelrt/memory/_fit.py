@@ -38,7 +38,7 @@ from ._block import (
     fl_remove,
 )
 from ._history import CTX_ALL, CTX_ALLOC, capture_frames
-from ._pools import duplicate_address, raw_malloc
+from ._pools import duplicate_address, in_capture_context, raw_malloc
 from ._release import garbage_collect, release_available_cached_blocks, release_cached_blocks
 
 if TYPE_CHECKING:
@@ -139,7 +139,7 @@ def alloc_slow(a: DeviceCachingAllocator, pool: BlockPool, stream: int, rounded:
         blk = alloc_block(a, pool, stream, rounded, alloc_size, False, frames)
         if blk is not None:
             return blk
-    if not a._pools.capturing:   # (PyTorch 2.15: a use_mem_pool routing releases too)
+    if not in_capture_context(a):   # (torch 2.15: use_mem_pool and other threads release)
         a._oom.check_retry_sync()   # sync debug mode: the release below waits for events
         release_cached_blocks(a, DEFAULT_POOL)
         blk = alloc_block(a, pool, stream, rounded, alloc_size, True, frames)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import operator
 import importlib.util
 import os
 import re
@@ -45,14 +46,15 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._errors import AcceleratorValueError, shown, type_shown
+from .._errors import AcceleratorValueError, index_failure, shown, type_shown
 
 if TYPE_CHECKING:
     from ._interface import AllocatorCore
 
 __all__ = ["CTX_ALL", "CTX_ALLOC", "CTX_LEVELS", "CTX_NEVER", "CTX_STATE", "TRACE_ACTIONS",
-           "History", "capture_frames", "check_history_args", "is_library_file",
-           "library_roots", "record_annotation", "record_history", "trace_entries"]
+           "History", "allocation_frames", "annotate_allocation", "binding_int", "capture_frames",
+           "check_history_args", "is_library_file", "library_roots", "record_annotation",
+           "record_history", "trace_entries"]
 
 #: Every trace action (``skip_actions`` must name only these).
 TRACE_ACTIONS = frozenset({
@@ -218,6 +220,34 @@ def _spell(choices: tuple[str | None, ...]) -> str:
     return ", ".join(words[:-1]) + " or " + words[-1]
 
 
+def binding_int(value: object, name: str, lo: int, end: int, ctype: str) -> int:
+    """``value`` as torch 2.15's pybind11 binding reads an integer parameter of C type
+    ``ctype`` (range ``[lo, end)``): an int, a bool or an object with ``__index__`` (a numpy
+    integer) is taken as its value, a float or str is not; a value outside the range, or an
+    ``__index__`` that raises, is its ``TypeError`` ("incompatible function arguments").
+
+    Example::
+
+        >>> import numpy as np
+        >>> from accelrt.memory._history import binding_int
+        >>> binding_int(np.int64(5), "max_entries", 0, 2**64, "a size_t")
+        5
+    """
+    why = ""
+    try:
+        n = operator.index(value)   # type: ignore[arg-type]
+    except Exception as exc:   # noqa: BLE001 - pybind11 clears it and refuses the value
+        n = None
+        why = "" if isinstance(exc, TypeError) else index_failure(exc)
+    if n is None:
+        raise TypeError(f"{name} must be an int, got {type_shown(value)}{why}")
+    if not lo <= n < end:
+        span = "[0, 2**64)" if (lo, end) == (0, 1 << 64) else "[-2**63, 2**63)"
+        raise TypeError(f"{name} must be an int in {span} (PyTorch takes {ctype}), got "
+                        f"{shown(n)}")
+    return int(n)
+
+
 def check_history_args(enabled: str | bool | None, context: str | None, stacks: str,
                        max_entries: int, skip_actions: Iterable[str] | None
                        ) -> tuple[str | None, frozenset[str]]:
@@ -248,11 +278,7 @@ def check_history_args(enabled: str | bool | None, context: str | None, stacks: 
     _check_choice("enabled", enabled, (None, "state", "all"))
     _check_choice("context", context, (None, "state", "alloc", "all"))
     _check_choice("stacks", stacks, ("python", "all"))
-    if not isinstance(max_entries, int) or isinstance(max_entries, bool):
-        raise TypeError(f"max_entries must be an int, got {type_shown(max_entries)}")
-    if not 0 <= max_entries < _SIZE_T_END:
-        raise TypeError(f"max_entries must be an int in [0, 2**64) (PyTorch takes a size_t), "
-                        f"got {shown(max_entries)}")
+    binding_int(max_entries, "max_entries", 0, _SIZE_T_END, "a size_t")
     if skip_actions is not None and (isinstance(skip_actions, (str, bytes)) or not isinstance(
             skip_actions, Iterable) or not all(isinstance(s, str) for s in skip_actions)):
         raise TypeError("skip_actions must be a list of action names such as "
@@ -425,6 +451,7 @@ def record_history(a: AllocatorCore, enabled: str | bool | None,
         >>> _history.record_history(alloc, None); alloc.free(ptr)
     """
     enabled, skip = check_history_args(enabled, context, stacks, max_entries, skip_actions)
+    max_entries = operator.index(max_entries)   # (a numpy integer is taken, as by PyTorch)
     with a._lock:
         a._flush_deferred()
         h = a._history
@@ -448,3 +475,36 @@ def record_annotation(a: AllocatorCore, metadata: dict[str, Any]) -> None:
     with a._lock:
         if a._history is not None:
             a._history.annotate(metadata)
+
+
+def allocation_frames(a: AllocatorCore, ptr: int) -> tuple[bool, list[dict[str, Any]] | None]:
+    """``(live, frames)`` of the allocation that starts at ``ptr``: ``live`` is False when no
+    allocated block starts there; ``frames`` is the stack recorded when it was allocated
+    (copies), or ``None`` when none was (recording off, or ``context=None``): torch 2.15's
+    ``_cuda_allocationTraceback``."""
+    with a._lock:
+        a.settle_locked()
+        blk = a._blocks.get(ptr)
+        if blk is None or not blk.allocated:
+            return False, None
+        fr = blk.frames
+        return True, None if fr is None else [dict(f) for f in fr]
+
+
+def annotate_allocation(a: AllocatorCore, ptr: int, metadata: str) -> bool:
+    """Record an ``annotate`` trace entry for the live allocation that starts at ``ptr``, with
+    ``metadata`` as its ``user_metadata`` and the caller's stack from ``context="alloc"`` up
+    (torch 2.15's ``_cuda_annotateMemory``); nothing is recorded while history is off or
+    ``"annotate"`` is skipped. Returns False when no allocated block starts at ``ptr``."""
+    with a._lock:
+        a.settle_locked()
+        blk = a._blocks.get(ptr)
+        if blk is None or not blk.allocated:
+            return False
+        h = a._history
+        if h is not None and "annotate" not in h.skip_actions:
+            h.record("annotate", ptr, blk.requested, blk.stream,
+                     capture_frames() if h.context >= CTX_ALLOC else None,
+                     pool_id=blk.pool.owner_id())
+            h.trace[-1]["user_metadata"] = metadata
+        return True

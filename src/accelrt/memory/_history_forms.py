@@ -15,15 +15,13 @@ import functools
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, cast, overload
-from .._errors import type_shown
+from .._errors import _bool_arg
+from ._history import binding_int
 
 if TYPE_CHECKING:
     from .._typing import DeviceLike
 
 __all__: list[str] = []
-
-
-_INT64 = range(-(1 << 63), 1 << 63)
 
 
 def _record_memory_history_legacy(record: Callable[..., None], enabled: bool,
@@ -47,21 +45,19 @@ def _record_memory_history_legacy(record: Callable[..., None], enabled: bool,
     (``"state"``); ``record_context_cpp`` asks for C++ frames too (``stacks="all"``).
 
     Raises:
-        TypeError: a flag is not a bool, or ``trace_alloc_max_entries`` is not an int in
+        TypeError: a flag is not what a bool binding takes (a str, a list: ``None`` and numbers
+            are read by their truth, as PyTorch's binding reads them), or
+            ``trace_alloc_max_entries`` is not an integer (an int, a numpy integer) in
             ``[-2**63, 2**63)`` (PyTorch's binding refuses them with a TypeError).
         ValueError: as :func:`record_memory_history` for the torch-only flags.
     """
-    for name, value in (("record_context", record_context),
-                        ("trace_alloc_record_context", trace_alloc_record_context),
-                        ("record_context_cpp", record_context_cpp),
-                        ("clear_history", clear_history)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{name} must be a bool, got {type_shown(value)}")
-    n = trace_alloc_max_entries
-    if not isinstance(n, int) or isinstance(n, bool) or n not in _INT64:
-        shown = repr(n) if not isinstance(n, int) or abs(n) < 1 << 128 else "a huge int"
-        raise TypeError("trace_alloc_max_entries must be an int in [-2**63, 2**63) (PyTorch's "
-                        f"legacy form takes an int64), got {shown:.60}")
+    flags = [_bool_arg("_record_memory_history", value, name) for name, value in (
+        ("record_context", record_context), ("trace_alloc_record_context",
+                                             trace_alloc_record_context),
+        ("record_context_cpp", record_context_cpp), ("clear_history", clear_history))]
+    record_context, trace_alloc_record_context, record_context_cpp, clear_history = flags
+    n = binding_int(trace_alloc_max_entries, "trace_alloc_max_entries", -(1 << 63), 1 << 63,
+                    "an int64")
     context = "alloc" if trace_alloc_record_context else "state" if record_context else None
     record("all" if enabled else None, context, "all" if record_context_cpp else "python",
            n if n >= 0 else sys.maxsize, None, clear_history, compile_context,

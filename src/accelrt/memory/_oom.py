@@ -3,7 +3,8 @@
 When the retry chain fails, the allocator counts the OOM, records an ``oom`` trace entry, and
 raises :class:`~accelrt.OutOfMemoryError` with PyTorch's message (sizes by :func:`format_size`)
 after calling the observers attached with ``attach_oom_observer``. "Tried to allocate" names
-the size asked for; the hint that follows is PyTorch 2.15's (see ``OomReporter._hint``; a
+the size asked for; the hint that follows is PyTorch 2.15's, with its pointer to the
+documentation of the options (see ``OomReporter._hint``; a
 device without virtual memory, where expandable segments cannot help, advises
 ``max_split_size_mb`` instead); when the allocator needed a larger new segment for it, a
 sentence says so, and a backend may append advice (``Backend.oom_advice(index)``: the cpu
@@ -33,6 +34,11 @@ if TYPE_CHECKING:
 __all__ = ["OomReporter", "attach_out_of_memory_observer", "format_size"]
 
 Observer = Callable[[int, int, int, int], None]
+
+#: the sentence that ends PyTorch 2.15's fragmentation advice, verbatim: PyTorch's page on the
+#: ``PYTORCH_CUDA_ALLOC_CONF`` options, whose syntax and meaning ``ACCELRT_ALLOC_CONF`` shares
+DOCS_POINTER = ("  See documentation for Memory Management  (https://docs.pytorch.org/docs/"
+                "stable/notes/cuda.html#optimizing-memory-usage-with-pytorch-cuda-alloc-conf)")
 
 _observers_lock = reinit_after_fork(threading.Lock())
 #: backend name -> the observers :func:`attach_out_of_memory_observer` attached for every
@@ -173,7 +179,7 @@ class OomReporter:
         why = ("expandable_segments:True, which is set, falls back to ordinary segments here"
                if cfg.expandable_segments else "expandable_segments:True cannot help")
         return (f" If reserved but unallocated memory is large try {advice} to avoid "
-                f"fragmentation (this device has no virtual memory, so {why}).")
+                f"fragmentation (this device has no virtual memory, so {why})." + DOCS_POINTER)
 
     def _hint(self, alloc_size: int) -> tuple[str, bool]:
         """The end of PyTorch 2.15's message, and whether it blames the reserve: without
@@ -190,8 +196,8 @@ class OomReporter:
             if not has_vm:
                 return self._no_vm_hint(), False
             return ((" If reserved but unallocated memory is large try setting "
-                    "ACCELRT_ALLOC_CONF=expandable_segments:True to avoid fragmentation."),
-                    False)
+                    "ACCELRT_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+                    + DOCS_POINTER), False)
         total = alloc._device_total
         reserve = reserve_bytes(alloc._cfg, total)
         if reserve < alloc_size <= total:
@@ -203,9 +209,9 @@ class OomReporter:
                     f"unset it) so that a segment is at least {format_size(alloc_size)}."),
                     True)
         return ((" expandable_segments is enabled. If instead the process is running out of "
-                "virtual address space (VSZ), expandable segments may be over-reserving it "
-                "(each segment reserves ~9/8 of the device's memory, one per stream and "
-                "pool); reduce it with ACCELRT_ALLOC_CONF expandable_segments_reserve / "
+                "virtual address space (VSZ), expandable segments may be over-reserving VA "
+                "(each segment reserves ~9/8 of device memory, times the number of streams); "
+                "reduce it via ACCELRT_ALLOC_CONF expandable_segments_reserve / "
                 "expandable_segments_reserve_by_class."), False)
 
     def prepare_oom(self, stream: int, rounded: int, frames: list[dict[str, Any]] | None,
@@ -230,8 +236,8 @@ class OomReporter:
         reserved = st.reserved_bytes[0].current
         allowed = alloc._allowed_max
         allowed_info = f"{format_size(allowed)} allowed; " if allowed is not None else ""
-        priv_msg = (f"with {format_size(priv)} allocated in private pools, "
-                    if priv > 0 else "")
+        priv_msg = (f"with {format_size(priv)} allocated in private pools (e.g., "
+                    f"{alloc._name.upper()} Graphs), " if priv > 0 else "")
         name = alloc._name
         asked = rounded if requested is None else requested
         msg = (f"{name.upper()} out of memory. Tried to allocate {format_size(asked)}. Device "

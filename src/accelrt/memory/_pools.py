@@ -31,6 +31,7 @@ from .. import _checked
 from .._device import _plain_int
 from .._errors import DeviceError
 from .._handles import DevicePtr
+from .._stream_core import _lookup, _tls
 from ._block import DEFAULT_POOL, K_SMALL_SIZE, BlockPool, PrivatePool, fl_add, fl_remove
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = ["EndRouting", "PrivatePools", "begin_allocate_to_pool", "check_pool_id",
            "create_pool", "end_allocate_to_pool", "end_allocate_to_pool_from_finalizer",
-           "pool_use_count", "raw_free", "raw_malloc", "release_pool",
+           "in_capture_context", "pool_use_count", "raw_free", "raw_malloc", "release_pool",
            "release_pool_from_finalizer", "report_finalizer_error", "retire_segments",
            "settle_pending"]
 
@@ -75,10 +76,11 @@ class PrivatePools:
         captures: ``(pool id, stream filter)`` of each active ``begin_allocate_to_pool``, in
             order (the last accepting one wins).
         capturing: the pool ids among them routed to by a graph capture (PyTorch 2.15's
-            ``markCaptureBegin``/``markCaptureEnd``). Only these make the allocator behave as
-            under capture (no event processing or waits, frees on other streams deferred, no
-            cache release before an out-of-memory error): a ``use_mem_pool`` routing does
-            not.
+            ``markCaptureBegin``/``markCaptureEnd``). While one is open, a call of a thread
+            whose current stream captures (:func:`in_capture_context`) follows the capture
+            rules (no event processing or waits, frees on other streams deferred, no cache
+            release before an out-of-memory error); other threads, and a ``use_mem_pool``
+            routing, follow the ordinary ones.
         retired: ``(pool, twin)`` for each pool (``None``: the default one) that had segments
             shared with another process by a ``fork``: the twin (a pool of the same id, never
             allocated from) holds them (:func:`retire_segments`).
@@ -277,6 +279,34 @@ def retire_segments(a: AllocatorCore) -> int:
                 fl_remove(fl, b.size, b.addr)
                 fl_add(b.pool, stream, b)
     return moved
+
+
+def in_capture_context(a: AllocatorCore) -> bool:
+    """True when the capture rules apply to the calling thread's call into allocator ``a``
+    (``_lock`` held): a graph captures on its device (``PrivatePools.capturing``) and the
+    thread's current stream of that device is capturing (PyTorch 2.15's
+    ``is_capture_context()``: its ``markCaptureBegin`` count and
+    ``cudaStreamGetCaptureInfo`` of the current stream). Another thread, whose current stream
+    is not in the capture, allocates and frees by the ordinary rules meanwhile.
+
+    Example::
+
+        >>> from accelrt.backends import get_backend
+        >>> from accelrt.memory._allocator import DeviceCachingAllocator
+        >>> a = DeviceCachingAllocator(get_backend("cpu"), 0)
+        >>> in_capture_context(a)
+        False
+    """
+    if not a._pools.capturing:
+        return False
+    b = a._b
+    index = a._index
+    # a thread that never set nor used a stream of the device is on its default stream,
+    # which cannot capture (captures need a non-default stream)
+    s = _lookup(_tls.hot[1], b, b.name, index)
+    if s is None or s._closed:
+        return False
+    return bool(b.stream_is_capturing(index, s._handle))
 
 
 # ------------------------------------------------- the allocator's pool API

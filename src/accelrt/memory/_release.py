@@ -24,7 +24,7 @@ from ._block import DEFAULT_POOL, Block, BlockPool, fl_first_ge
 from ._config import NO_SPLIT_LIMIT
 from ._history import CTX_ALL, capture_frames
 from ._lock import StreamWait
-from ._pools import raw_free, report_finalizer_error
+from ._pools import in_capture_context, raw_free, report_finalizer_error
 
 if TYPE_CHECKING:
     from ._interface import AllocatorCore
@@ -90,7 +90,7 @@ def release_cached_blocks(a: AllocatorCore, pool_id: tuple[int, int]) -> bool:
     """``empty_cache`` (of the default pools and every freeable private pool, or of private
     pool ``pool_id``, with their retired twins), waiting for pending frees first."""
     pools = a._pools
-    if pool_id == DEFAULT_POOL and not pools.capturing:
+    if pool_id == DEFAULT_POOL and not in_capture_context(a):
         a._stream_frees.synchronize_and_free(None)
         _release_blocks(a, a._large)
         _release_blocks(a, a._small)
@@ -119,7 +119,7 @@ def _release_retired(a: AllocatorCore, pool_id: tuple[int, int]) -> None:
     keep = []
     for src, twin in pools.retired:
         if src is None:
-            empties = pool_id == DEFAULT_POOL and not pools.capturing
+            empties = pool_id == DEFAULT_POOL and not in_capture_context(a)
         else:
             empties = src.use_count == 0 and pool_id in (DEFAULT_POOL, src.id)
         if empties:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import secrets
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Literal, SupportsIndex, cast, overload
@@ -59,6 +58,7 @@ from ._generator import (
     _set,
     _unpack_state,
     default_generator,
+    nondeterministic_seed,
 )
 
 if TYPE_CHECKING:
@@ -146,7 +146,8 @@ def manual_seed_all(seed: int) -> None:
 
 
 def seed() -> int:
-    """Seed the current device's default generator non-deterministically; return the seed.
+    """Seed the current device's default generator non-deterministically; return the seed
+    (below ``2**53``, as ``torch.cuda.seed()``'s: :meth:`Generator.seed`).
 
     Example::
 
@@ -157,13 +158,14 @@ def seed() -> int:
         True
         >>> acc.random.set_rng_state(saved)  # put the previous state back
     """
-    value = secrets.randbits(64)
+    value = nondeterministic_seed()
     manual_seed(value)
     return value
 
 
 def seed_all() -> int:
-    """Seed every device of the current accelerator with one random seed; return it.
+    """Seed every device of the current accelerator with one random seed (below ``2**53``,
+    as :func:`seed`); return it.
 
     Example::
 
@@ -174,7 +176,7 @@ def seed_all() -> int:
         True
         >>> acc.random.set_rng_state_all(saved)  # put the previous states back
     """
-    value = secrets.randbits(64)
+    value = nondeterministic_seed()
     manual_seed_all(value)
     return value
 
@@ -292,7 +294,8 @@ def fork_rng(devices: Iterable[DeviceLike] | None = None, enabled: bool = True,
             ``"meta"`` forks nothing, as in PyTorch.
 
     Raises:
-        TypeError: ``device_type`` is not a str.
+        TypeError: ``device_type`` is not a str, an :class:`accelrt.device` or ``None`` (an
+            ``AcceleratorTypeError``, also a ``RuntimeError``, PyTorch's class).
         ValueError: no backend of that name is registered (an ``AcceleratorValueError``,
             also a ``RuntimeError``, PyTorch's class).
 
@@ -309,13 +312,7 @@ def fork_rng(devices: Iterable[DeviceLike] | None = None, enabled: bool = True,
     if device_type == "meta":
         yield
         return
-    if device_type is None:
-        from .._device import current_accelerator
-        current = current_accelerator()
-        device_type = current.type if current is not None else "cuda"
-    if not isinstance(device_type, str):
-        raise TypeError(f"fork_rng() device_type must be a backend name (a str) or None, got "
-                        f"{type_shown(device_type)}")
+    device_type = _fork_device_type(device_type)
     from .._runtime import device_module
     try:
         dm = device_module(device_type)
@@ -347,26 +344,55 @@ def fork_rng(devices: Iterable[DeviceLike] | None = None, enabled: bool = True,
             dm.set_rng_state(state, d)
 
 
+def _fork_device_type(device_type: Any) -> str:
+    """The backend name of :func:`fork_rng`'s ``device_type``, read as torch 2.15's
+    ``fork_rng`` reads it: a false value (``None``, ``""``) is the current accelerator's type
+    (``"cuda"`` if there is none); then, as ``torch.get_device_module``, a device's type or a
+    device string's (``"cuda:1"`` is ``"cuda"``)."""
+    if not device_type:
+        from .._device import current_accelerator
+        current = current_accelerator()
+        return current.type if current is not None else "cuda"
+    from .._device import device as device_cls
+    if isinstance(device_type, device_cls):
+        return device_type.type
+    if not isinstance(device_type, str):
+        raise AcceleratorTypeError(
+            f"fork_rng() device_type must be a backend name (a str), an accelrt.device or "
+            f"None, got {type_shown(device_type)} (PyTorch: \"Invalid value of device "
+            f"'{device_type}', expect torch.device, str, or None\")")
+    if ":" in device_type:
+        try:
+            return device_cls(device_type).type
+        except RuntimeError as e:     # (accelrt's device errors are RuntimeErrors)
+            raise AcceleratorValueError(f"fork_rng(device_type={device_type!r}): {e}") from None
+    return device_type
+
+
 # ---------------------------------------------------------------------- argument checks
 
 def _real(name: str, value: Any) -> float:
-    """``value`` as a finite float, as PyTorch's argument parser reads a ``double``
+    """``value`` as a float, as PyTorch's argument parser reads a ``double``
     (``THPUtils_checkDouble``: a Python int or float, a bool included since it is an int, or a
-    numpy scalar: integer, bool or floating); ``TypeError`` for anything else, an
-    ``AcceleratorValueError`` (``ValueError`` and ``RuntimeError``, as PyTorch's "from is out of
-    bounds") for nan, an infinity or an int beyond the float64 range."""
-    if type(value) is float and -math.inf < value < math.inf:
-        return value    # the common case: a finite Python float
-    if not isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
+    numpy scalar: integer, bool or floating; or a 0-d tensor, here a 0-d real
+    :class:`accelrt.Array`, whose value is read); ``TypeError`` for anything else,
+    ``OverflowError`` for an int beyond the float64 range (Python's and PyTorch's "int too
+    large to convert to float"). nan and the infinities are returned: the callers check
+    them as PyTorch does."""
+    if type(value) is float:
+        return value    # the common case: a Python float
+    if isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
+        pass
+    elif (_Array is not None and isinstance(value, _Array) and value.ndim == 0
+            and value.dtype.kind in "biuf"):
+        pass            # PyTorch's parser takes a 0-d tensor as a double too
+    else:
         raise TypeError(f"{name} must be a real number, got {type_shown(value)}")
     try:
-        x = float(value)
+        return float(value)
     except OverflowError:
-        raise AcceleratorValueError(f"{name} must be finite, got an int beyond the float64 "
-                                    "range") from None
-    if not math.isfinite(x):
-        raise AcceleratorValueError(f"{name} must be finite, got {x}")
-    return x
+        raise OverflowError(f"{name}: int too large to convert to float (it lies beyond the "
+                            "float64 range)") from None
 
 
 #: dtype argument -> its float dtype, for the arguments seen so far (``np.dtype()`` and
@@ -424,13 +450,21 @@ def _bind() -> Callable[..., Array]:
 
 
 def _generate(out: Array, dist: str, params: tuple[Any, ...], generator: Generator | None) -> None:
-    """Reserve counters from the generator and fill ``out`` in stream order."""
+    """Reserve counters from the generator and fill ``out`` in stream order. A complex array
+    is filled as PyTorch fills one (``view_as_real``): its ``2n`` float parts in memory order,
+    a normal one with standard deviation ``std / sqrt(2)`` per part (as :func:`randn`)."""
     b, index = out._b, out._index
     _lazy_init(b, index)
     if _fill is None:
         _bind()
-    _fill(out, b, index, _current(b, index)._handle, math.prod(out._shape), dist, params,
-          generator)
+    n = math.prod(out._shape)
+    if out._dtype.kind == "c":      # (the factories' rule: accelrt.random._draw.new)
+        from ._draw import _PARTS, _SQRT_HALF
+        out = _Array._wrap(out._mem, (*out._shape, 2), _PARTS[out._dtype.itemsize], b, index)
+        n *= 2
+        if dist == "normal":
+            params = (params[0], params[1] * _SQRT_HALF)
+    _fill(out, b, index, _current(b, index)._handle, n, dist, params, generator)
 
 
 def _check_float_array(array: Any, fname: str) -> Array:
@@ -438,9 +472,14 @@ def _check_float_array(array: Any, fname: str) -> Array:
         _bind()
     if not isinstance(array, _Array):
         raise TypeError(f"{fname}() needs an accelrt.Array, got {type_shown(array)}")
-    if array.dtype.name not in _FLOAT_DTYPES:
-        raise TypeError(f"{fname}() needs a floating array ({', '.join(_FLOAT_DTYPES)}), got "
-                        f"{array.dtype.name}")
+    if array.dtype.name not in _RAND_DTYPES:
+        from .._factories import _TORCH_NAMES     # (only on this error path)
+        kernel = "check_uniform_bounds" if fname == "uniform_" else "normal_kernel_cpu"
+        raise AcceleratorTypeError(
+            f"{fname}() needs a floating array ({', '.join(_FLOAT_DTYPES)}) or a complex one "
+            f"(complex64, complex128), got {array.dtype.name} (PyTorch: \"{kernel}\" not "
+            f"implemented for "
+            f"'{_TORCH_NAMES.get(array.dtype.name, array.dtype.name)}')")
     return cast("Array", array)
 
 
@@ -449,16 +488,21 @@ def uniform_(array: Array, a: float = 0.0, b: float = 1.0, *,
     """Fill ``array`` in place with uniform numbers in ``[a, b)``; return it.
 
     Args:
-        array: a float16/float32/float64 :class:`accelrt.Array`.
+        array: a float16/float32/float64 :class:`accelrt.Array`, or a complex64/complex128
+            one, whose real and imaginary parts are each drawn in ``[a, b)`` (PyTorch's
+            ``view_as_real`` rule).
         a: lower bound (inclusive).
         b: upper bound (exclusive; a draw that rounds to ``b`` becomes ``a``, as PyTorch).
-        generator: a generator of the array's device (default: the device's default one).
+        generator: a generator of the array's backend (default: the device's default one).
 
     Raises:
-        TypeError: not a floating Array, or a wrong argument type.
-        ValueError: non-finite bounds, a bound outside the dtype's finite range, ``a > b``,
-            ``b - a`` overflows the dtype, or a generator of another device (each an
-            ``AcceleratorValueError``, also a ``RuntimeError`` as in PyTorch).
+        TypeError: not an Array, or a wrong argument type; an array of another dtype (an
+            ``AcceleratorTypeError``, also a ``RuntimeError`` as PyTorch's
+            ``NotImplementedError``).
+        ValueError: non-finite bounds, a bound outside the (part) dtype's finite range,
+            ``a > b``, ``b - a`` overflows the dtype, or a generator of another backend (each
+            an ``AcceleratorValueError``, also a ``RuntimeError`` as in PyTorch).
+        OverflowError: an int bound beyond the float64 range, as in PyTorch.
 
     Example::
 
@@ -469,18 +513,19 @@ def uniform_(array: Array, a: float = 0.0, b: float = 1.0, *,
     """
     array = _check_float_array(array, "uniform_")
     lo, hi = _real("a", a), _real("b", b)
-    top = _FLOAT_MAX[array.dtype.itemsize]
+    dt = array.dtype if array.dtype.kind == "f" else np.dtype(f"f{array.dtype.itemsize // 2}")
+    top = _FLOAT_MAX[dt.itemsize]
     for name, bound in (("a", lo), ("b", hi)):
-        if not -top <= bound <= top:
+        if not -top <= bound <= top:     # (nan too: PyTorch's "from is out of bounds")
             raise AcceleratorValueError(
-                f"uniform_: {name}={bound} is out of bounds for {array.dtype.name} (its finite "
-                f"values lie in [{-top}, {top}])")
+                f"uniform_: {name}={bound} is out of bounds for {dt.name}: it must be finite "
+                f"and within [{-top}, {top}]")
     if lo > hi:
         raise AcceleratorValueError(f"uniform_ expects to return a [a, b) range, but found "
                                     f"a={lo} > b={hi}")
     if hi - lo > top:
-        raise AcceleratorValueError(f"uniform_ expects b - a <= {np.finfo(array.dtype).max} "
-                                    f"for {array.dtype.name}, got b - a = {hi - lo}")
+        raise AcceleratorValueError(f"uniform_ expects b - a <= {np.finfo(dt).max} "
+                                    f"for {dt.name}, got b - a = {hi - lo}")
     _generate(array, "uniform", (lo, hi), generator)
     return array
 
@@ -489,12 +534,19 @@ def normal_(array: Array, mean: float = 0.0, std: float = 1.0, *,
             generator: Generator | None = None) -> Array:
     """Fill ``array`` in place with normal numbers of ``mean`` and ``std``; return it.
 
-    Numbers beyond the dtype's range become infinities, as in PyTorch (no warning).
+    Numbers beyond the dtype's range become infinities, as in PyTorch (no warning); as
+    PyTorch's, ``mean`` may be nan or infinite and ``std`` infinite (the numbers are then
+    ``mean + std * z`` in IEEE arithmetic: nan or infinite). A complex64/complex128 array
+    gets normal real and imaginary parts with mean ``mean`` and standard deviation
+    ``std / sqrt(2)`` each, as in PyTorch (so ``abs(z - mean)`` has variance ``std**2``).
 
     Raises:
-        TypeError: not a floating Array, or a wrong argument type.
-        ValueError: non-finite parameters, ``std < 0``, or a generator of another device
-            (each an ``AcceleratorValueError``, also a ``RuntimeError`` as in PyTorch).
+        TypeError: not an Array, or a wrong argument type; an array of another dtype (an
+            ``AcceleratorTypeError``, also a ``RuntimeError`` as PyTorch's
+            ``NotImplementedError``).
+        ValueError: ``std < 0`` or nan, or a generator of another backend (each an
+            ``AcceleratorValueError``, also a ``RuntimeError`` as in PyTorch).
+        OverflowError: an int ``mean`` or ``std`` beyond the float64 range, as in PyTorch.
 
     Example::
 
@@ -505,7 +557,7 @@ def normal_(array: Array, mean: float = 0.0, std: float = 1.0, *,
     """
     array = _check_float_array(array, "normal_")
     m, s = _real("mean", mean), _real("std", std)
-    if s < 0:
+    if not s >= 0:      # (nan too, as PyTorch's "normal expects std >= 0.0, but found std nan")
         raise AcceleratorValueError(f"normal expects std >= 0.0, but found std {s}")
     _generate(array, "normal", (m, s), generator)
     return array
@@ -514,8 +566,9 @@ def normal_(array: Array, mean: float = 0.0, std: float = 1.0, *,
 def _pinned_draw(shape: tuple[int, ...], dt: np.dtype, device: DeviceLike,
                  generator: Generator | None, dist: str, params: tuple[Any, ...],
                  fname: str) -> np.ndarray:
-    """``pin_memory=True`` of :func:`rand`/:func:`randn`: the numbers ``generator`` (default:
-    the current device's default generator) draws, in a pinned host array of its backend.
+    """``pin_memory=True`` of :func:`rand`/:func:`randn`/:func:`randint`: the numbers
+    ``generator`` (default: the current device's default generator) draws, in a pinned host
+    array of its backend.
     accelrt has no host generator, so they are drawn on the generator's device and copied."""
     _pinned.factory_backend(device, fname)        # no device may be given or be the default
     drawn = (_new or _bind())(shape, dt, None, generator, dist, params)
@@ -542,10 +595,11 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike |
 
     Args:
         *size: the shape, as ints or one sequence (``size=`` also works).
-        generator: a generator of ``device`` (default: the device's default generator); with
-            ``device=None`` the generator's device is used, unless a ``with acc.device(...)``
-            block or :func:`accelrt.set_default_device` names the default device (then the
-            generator must be of that device, as in PyTorch).
+        generator: a generator of ``device``'s backend (default: the device's default
+            generator; as PyTorch's, one of another device of that backend draws there too);
+            with ``device=None`` the generator's device is used, unless a ``with
+            acc.device(...)`` block or :func:`accelrt.set_default_device` names the default
+            device (then the generator must be of its backend, as in PyTorch).
         dtype: float16, float32 (the default; ``None`` too) or float64, or complex64 or
             complex128 (the real and imaginary parts drawn as floats, as in PyTorch:
             uniform in ``[0, 1)`` each, or normal with variance 1/2 each); keyword-only.
@@ -558,7 +612,7 @@ def rand(*size: SizeLike, generator: Generator | None = None, dtype: DTypeLike |
 
     Raises:
         TypeError: bad size or dtype.
-        ValueError: a negative dimension, a generator of another device, or
+        ValueError: a negative dimension, a generator of another backend, or
             ``pin_memory=True`` with a device.
 
     Example::
@@ -626,9 +680,25 @@ def _int_bound(name: str, value: Any) -> int:
     return _index_arg(value, f"randint() {name}", parser=True)
 
 
+@overload
+def randint(*args: SizeLike, size: SizeLike | None = ..., low: SupportsIndex | None = ...,
+            high: SupportsIndex | None = ..., generator: Generator | None = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike = ...,
+            pin_memory: Literal[False] | None = ...) -> Array: ...
+@overload
+def randint(*args: SizeLike, size: SizeLike | None = ..., low: SupportsIndex | None = ...,
+            high: SupportsIndex | None = ..., generator: Generator | None = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike = ...,
+            pin_memory: Literal[True]) -> HostArray: ...
+@overload
+def randint(*args: SizeLike, size: SizeLike | None = ..., low: SupportsIndex | None = ...,
+            high: SupportsIndex | None = ..., generator: Generator | None = ...,
+            dtype: DTypeLike | None = ..., device: DeviceLike = ...,
+            pin_memory: bool | None) -> Array | HostArray: ...
 def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | None = None,
             high: SupportsIndex | None = None, generator: Generator | None = None,
-            dtype: DTypeLike | None = "int64", device: DeviceLike = None) -> Array:
+            dtype: DTypeLike | None = "int64", device: DeviceLike = None,
+            pin_memory: bool | None = False) -> Array | HostArray:
     """Uniform integers in ``[low, high)``: ``randint(high, size)`` or
     ``randint(low, high, size)`` (PyTorch's argument conventions; keywords also work).
 
@@ -641,6 +711,7 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         size: one sequence of ints (a tuple, a list, a 1-D numpy array); a bare int is
             refused, as ``torch.randint(1, 3)`` refuses it.
         dtype: an integer dtype (default int64; ``None`` too), bool, or a float dtype.
+        pin_memory: return a pinned host ``numpy.ndarray`` instead, as :func:`rand` does.
 
     Raises:
         TypeError: wrong argument types (an int as the size included) or an unsupported
@@ -660,7 +731,55 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         >>> int(x.min()), int(x.max())
         (3, 6)
     """
-    pos: list[Any] = list(args)   # checked below (_int_bound, one_sequence_size)
+    low, high, size = _randint_args(args, low, high, size)
+    lo = 0 if low is None else _int_bound("low", low)
+    hi = _int_bound("high", high)
+    shape = one_sequence_size(size, "randint")
+    if dtype is not None:
+        check_dtype_form(dtype)
+    try:
+        dt = np.dtype("int64" if dtype is None else dtype)
+    except TypeError:
+        raise TypeError(f"randint(): unknown dtype {dtype!r}") from None
+    if dt.kind not in "biuf":
+        raise AcceleratorTypeError("check_random_bounds handles only integral, floating-point "
+                                   "and boolean types: randint() dtype must be an integer, bool "
+                                   f"or float dtype, got {dt.name}")
+    if lo >= hi:
+        raise AcceleratorValueError(f"random_ expects 'from' to be less than 'to', but got "
+                                    f"from={lo} >= to={hi}")
+    if dt.kind == "b":
+        fmin, fmax = 0, 1
+    elif dt.kind in "iu":
+        fmin, fmax = int(np.iinfo(dt).min), int(np.iinfo(dt).max)
+    else:   # a float dtype: its finite range (float16's 65504), within int64
+        fmax = min(int(np.finfo(dt).max), (1 << 63) - 1)
+        fmin = max(-int(np.finfo(dt).max), -(1 << 63))
+    if lo < fmin or hi - 1 > fmax:
+        # (torch 2.15's parser refuses any bound outside int64 with ValueError "Overflow when
+        # unpacking long long"; accelrt takes high = 2**63 or 2**64 where the dtype needs it
+        # to draw its every value: docs/differences.md)
+        unpack = ("Overflow when unpacking long long: " if not (
+            _INT64_MIN <= lo <= _INT64_MAX and _INT64_MIN <= hi <= _INT64_MAX) else "")
+        # (in int64: torch 2.15's "from is out of bounds for signed char", which it checks
+        # first, on either side of the range: randint(300, 301, ..., dtype=uint8) names from)
+        torch_text = unpack or (f"{'to - 1' if fmin <= lo <= fmax else 'from'} is out of "
+                                f"bounds for {_C_TYPES.get(dt.name, dt.name)}: ")
+        raise AcceleratorValueError(f"{torch_text}randint() bounds [{shown(lo)}, {shown(hi)}) "
+                                    f"do not fit dtype {dt.name} (values {fmin}..{fmax})")
+    if dt.kind == "f":
+        _warn_float_bounds(lo, hi, dt)
+    if pin_memory is not False and _pinned.pin_flag(pin_memory):
+        return _pinned_draw(shape, dt, device, generator, "randint", (lo, hi - lo), "randint")
+    return (_new or _bind())(shape, dt, device, generator, "randint", (lo, hi - lo))
+
+
+def _randint_args(args: tuple[Any, ...], low: Any, high: Any, size: Any
+                  ) -> tuple[Any, Any, Any]:
+    """``(low, high, size)`` of :func:`randint` from its positional arguments and keywords,
+    as PyTorch's parser matches ``randint(high, size)`` and ``randint(low, high, size)``
+    (``low`` ``None``: 0; the values are checked by the caller)."""
+    pos: list[Any] = list(args)   # checked by the caller
     low_passed = False            # low came positionally (None is then refused)
     if len(pos) > 3:
         raise TypeError(f"randint() takes at most 3 positional arguments, got {len(pos)}")
@@ -696,43 +815,7 @@ def randint(*args: SizeLike, size: SizeLike | None = None, low: SupportsIndex | 
         raise TypeError("randint() missing the upper bound 'high'")
     if size is None:
         raise TypeError("randint() missing the 'size' argument, e.g. randint(10, (3,))")
-    lo = 0 if low is None else _int_bound("low", low)
-    hi = _int_bound("high", high)
-    shape = one_sequence_size(size, "randint")
-    if dtype is not None:
-        check_dtype_form(dtype)
-    try:
-        dt = np.dtype("int64" if dtype is None else dtype)
-    except TypeError:
-        raise TypeError(f"randint(): unknown dtype {dtype!r}") from None
-    if dt.kind not in "biuf":
-        raise AcceleratorTypeError("check_random_bounds handles only integral, floating-point "
-                                   "and boolean types: randint() dtype must be an integer, bool "
-                                   f"or float dtype, got {dt.name}")
-    if lo >= hi:
-        raise AcceleratorValueError(f"random_ expects 'from' to be less than 'to', but got "
-                                    f"from={lo} >= to={hi}")
-    if dt.kind == "b":
-        fmin, fmax = 0, 1
-    elif dt.kind in "iu":
-        fmin, fmax = int(np.iinfo(dt).min), int(np.iinfo(dt).max)
-    else:   # a float dtype: its finite range (float16's 65504), within int64
-        fmax = min(int(np.finfo(dt).max), (1 << 63) - 1)
-        fmin = max(-int(np.finfo(dt).max), -(1 << 63))
-    if lo < fmin or hi - 1 > fmax:
-        # (torch 2.15's parser refuses any bound outside int64 with ValueError "Overflow when
-        # unpacking long long"; accelrt takes high = 2**63 or 2**64 where the dtype needs it
-        # to draw its every value: docs/differences.md)
-        unpack = ("Overflow when unpacking long long: " if not (
-            _INT64_MIN <= lo <= _INT64_MAX and _INT64_MIN <= hi <= _INT64_MAX) else "")
-        # (in int64: torch 2.15's "from is out of bounds for signed char" first)
-        torch_text = unpack or (f"{'from' if lo < fmin else 'to - 1'} is out of bounds for "
-                                f"{_C_TYPES.get(dt.name, dt.name)}: ")
-        raise AcceleratorValueError(f"{torch_text}randint() bounds [{shown(lo)}, {shown(hi)}) "
-                                    f"do not fit dtype {dt.name} (values {fmin}..{fmax})")
-    if dt.kind == "f":
-        _warn_float_bounds(lo, hi, dt)
-    return (_new or _bind())(shape, dt, device, generator, "randint", (lo, hi - lo))
+    return low, high, size
 
 
 #: the C++ type names torch 2.15's "from/to - 1 is out of bounds for ..." prints per dtype

@@ -64,23 +64,27 @@ def _resolve(device: object, generator: object) -> object:
 
 
 def check_generator(generator: object, b: Backend, index: int) -> Generator:
-    """``generator`` (the device's default one for ``None``) if it is a :class:`Generator`
-    of device ``index`` of ``b``.
+    """``generator`` (the default one of device ``index`` for ``None``) if it is a
+    :class:`Generator` of ``b``: of any of its devices, as PyTorch's ``check_generator``
+    compares only the device type (``torch.rand(2, device="cuda:0",
+    generator=torch.Generator("cuda:1"))`` draws from that generator; its state is host-side).
 
     Raises:
         TypeError: not a Generator.
-        ValueError: a generator of another device (an ``AcceleratorValueError``, also a
-            ``RuntimeError`` as PyTorch's "Expected a '...' device type for generator").
+        ValueError: a generator of another backend, or of a backend since replaced (an
+            ``AcceleratorValueError``, also a ``RuntimeError`` as PyTorch's "Expected a
+            '...' device type for generator").
     """
     if generator is None:
         return _default_for(b, index)
     if not isinstance(generator, Generator):
         raise TypeError(f"generator must be an accelrt.random.Generator, got "
                         f"{type_shown(generator)}")
-    if generator._b is not b or generator._index != index:
+    if generator._b is not b:
         raise AcceleratorValueError(
-            f"the generator belongs to {generator.device} but the array is on "
-            f"{b.name}:{index}; use a Generator of the array's device")
+            f"Expected a '{b.name}' device type for generator but found "
+            f"'{generator._b.name}': the generator belongs to {generator.device} but the "
+            f"array is on {b.name}:{index}; use a Generator of the array's backend")
     return generator
 
 
@@ -113,7 +117,7 @@ def new(shape: tuple[int, ...], dtype: object, device: object, generator: object
         gen = where.default
         if gen is None:
             gen = where.default = _default_for(b, index)
-    elif type(generator) is not Generator or generator._b is not b or generator._index != index:
+    elif type(generator) is not Generator or generator._b is not b:
         gen = check_generator(generator, b, index)
     else:
         gen = generator
@@ -146,8 +150,7 @@ def fill(out: Array, b: Backend, index: int, stream: StreamHandle, n: int, dist:
     borrowed (``accelrt._transfer.held``'s rule): allocator memory is freed stream-ordered,
     so ``del out`` while the fill is queued frees it at once, as for any op.
     """
-    if (type(generator) is not Generator or generator._b is not b
-            or generator._index != index):
+    if type(generator) is not Generator or generator._b is not b:
         gen = check_generator(generator, b, index)
     else:
         gen = generator

@@ -108,6 +108,22 @@ def _wrap_seed(value: int, what: str = "seed") -> int:
     return value & _M64
 
 
+def nondeterministic_seed() -> int:
+    """A seed from the operating system's entropy, in ``[0, 2**53)``: PyTorch's device
+    generators' ``seed()`` (``c10::detail::getNonDeterministicRandom(true)``, the CUDA, XPU and
+    MPS generators' and ``torch.cuda.seed()``'s) keeps 53 bits "to ensure unique
+    representation in double", so a seed stored as a float (JSON, a config) reads back
+    exactly. Every ``seed()``/``seed_all()`` of accelrt draws its seed here.
+
+    Example::
+
+        >>> from accelrt.random._generator import nondeterministic_seed
+        >>> 0 <= nondeterministic_seed() < 2**53
+        True
+    """
+    return secrets.randbits(53)
+
+
 def _pack_state(seed: int, offset: int) -> RngState:
     return np.frombuffer(seed.to_bytes(8, "little") + offset.to_bytes(8, "little"),
                          dtype=np.uint8).copy()
@@ -261,7 +277,7 @@ class Generator:
         """The device this generator belongs to."""
         return _device_cls(self._b.name, self._index)
 
-    def manual_seed(self, seed: int) -> Generator:
+    def manual_seed(self, seed: int, /) -> Generator:
         """Set the seed and reset the offset to 0; return ``self``. On a capturing stream
         (the current stream of the current device), only the generator's own seed is
         taken, and changes nothing (PyTorch's ``set_current_seed``).
@@ -297,14 +313,15 @@ class Generator:
                 f"{self._st.seed}; seed it before the capture begins)")
 
     def seed(self) -> int:
-        """Seed from the operating system's entropy (non-deterministic); return the seed.
+        """Seed from the operating system's entropy (non-deterministic); return the seed,
+        which is below ``2**53`` as PyTorch's CUDA generators' (:func:`nondeterministic_seed`).
 
         Raises:
             RuntimeError: on a capturing stream (the current stream of the current
                 device), as in PyTorch.
         """
         _graphsafe.check_not_capturing(self, "seed")
-        value = secrets.randbits(64)
+        value = nondeterministic_seed()
         self._st.set(value, 0)
         return value
 
@@ -324,7 +341,7 @@ class Generator:
         seed, offset = self._st.get()
         return seed, offset if inner is None else inner
 
-    def set_state(self, new_state: RngStateLike) -> Generator:
+    def set_state(self, new_state: RngStateLike, /) -> Generator:
         """Restore a state from :meth:`get_state`; return ``self``. On a capturing stream
         (the current stream of the current device) it sets the generator's offset within
         the capture and takes only the generator's own seed, as in PyTorch (docs/random.md).
@@ -391,7 +408,7 @@ class Generator:
         """
         return _graphsafe.philox_state(self, increment)
 
-    def set_offset(self, offset: int) -> Generator:
+    def set_offset(self, offset: int, /) -> Generator:
         """Make ``offset`` the next unused Philox counter block (the seed stays); return
         ``self``. ``offset`` is read as :meth:`manual_seed` reads a seed, as
         ``torch.Generator.set_offset`` reads it: an int in ``[-2**63, 2**64)``, a negative
@@ -460,7 +477,7 @@ class Generator:
         """
         return type(self)._sharing(self._b, self._index, self._st)
 
-    def graphsafe_set_state(self, state: Generator) -> Generator:
+    def graphsafe_set_state(self, state: Generator, /) -> Generator:
         """Make this generator use ``state``'s state object (from :meth:`graphsafe_get_state`
         or any generator of the same backend); return ``self``
         (``torch.Generator.graphsafe_set_state``). Nothing is copied: the two generators then

@@ -677,7 +677,9 @@ def _convert(w: np.ndarray, dist: str, dtype: np.dtype, params: Sequence[Any],
         if (mean, std) == (0.0, 1.0):
             np.copyto(out, z, casting="unsafe")     # |z| < 9: fits every float dtype
             return
-        with np.errstate(over="ignore"):    # beyond the dtype's range: inf, as PyTorch
+        # beyond the dtype's range: inf, as PyTorch; a nan or infinite mean or an infinite
+        # std (which PyTorch takes) make nan or inf numbers without a warning, as in PyTorch
+        with np.errstate(over="ignore", invalid="ignore"):
             z = z * float(std)
             z += float(mean)
             np.copyto(out, z, casting="unsafe")

@@ -52,7 +52,14 @@ from ._ipc import IpcEventState
 from ._live import (CpuEvent, drop_event, event_idle, live_event, live_stream, new_event,
                     record_idle, wait_idle)
 from ._mempool import StreamOrderedPool, check_attribute
-from .._common import HandleTable, KeptErrors, bad_handle, check_int, check_size
+from .._common import (
+    HandleTable,
+    KeptErrors,
+    bad_handle,
+    capture_refuses_sync,
+    check_int,
+    check_size,
+)
 from .._table_backend import TableBackend
 from ._graphs import CpuGraphs
 from ._streams import Capture, CpuStream, Record, describe, stamp, work_error
@@ -519,19 +526,16 @@ class CpuBackend(TableBackend[CpuStream, CpuEvent]):
 
     def _check_sync_allowed(self, index: int) -> None:
         """Refuse a synchronize of device ``index`` in the calling thread while one of its
-        streams captures in a mode that forbids it (:meth:`Capture.refuses`); the capturing
-        streams have nothing queued since their capture began, so the wait skips nothing."""
+        streams captures in a mode that forbids it (:func:`.._common.capture_refuses_sync`);
+        the capturing streams have nothing queued since their capture began, so the wait
+        skips nothing."""
         me = threading.get_ident()
         for s, cap in list(self._capturing.items()):
-            if s.device == index and cap.refuses(me):
-                whose = ("begun in this thread" if cap.thread == me else
-                         "begun in another thread with capture_error_mode 'global'")
-                fix = ("capture with capture_error_mode 'relaxed' to allow it"
-                       if cap.thread == me else
-                       "or capture with 'thread_local' to allow other threads' calls")
-                raise DeviceError(f"{self.name}: synchronize is not permitted while stream "
-                                  f"{s.handle} of {self.name}:{s.device} is capturing a graph "
-                                  f"({whose}); end the capture first, {fix}")
+            if s.device == index:
+                why = capture_refuses_sync(self.name, f"{self.name}:{s.device}", str(s.handle),
+                                           cap.thread, cap.mode, me)
+                if why is not None:
+                    raise DeviceError(why)
 
     def _check_not_capturing(self, s: CpuStream, what: str) -> None:
         if s in self._capturing:

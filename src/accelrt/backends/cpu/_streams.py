@@ -247,12 +247,3 @@ class Capture:
         known = self.seen.get(self.origin, {})
         return [s for s, n in self.nodes.items()
                 if s is not self.origin and n > known.get(s, 0)]
-
-    def refuses(self, thread: int) -> bool:
-        """True if this capture forbids thread ``thread`` a call that is unsafe during a
-        capture (a synchronize of the device), by CUDA's rule for a thread in the default
-        (global) interaction mode: its own capture forbids it unless begun ``"relaxed"``,
-        another thread's only if begun ``"global"``."""
-        if thread == self.thread:
-            return self.mode != "relaxed"
-        return self.mode == "global"

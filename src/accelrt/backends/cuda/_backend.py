@@ -431,7 +431,8 @@ class CudaBackend(Backend):
             attrs = self.get_device_properties(index)["attributes"]
             caps = Capabilities(
                 virtual_memory=bool(attrs.get("virtual_memory_management_supported", 0)),
-                graphs=True, graph_dot=True, graph_native_handles=True,
+                graphs=True, graph_capture_modes=True, graph_dot=True,
+                graph_native_handles=True,
                 pinned_host_memory=True, page_locked_host_memory=True, host_functions=True,
                 peer_copies=True,
                 interprocess_events=True, interprocess_memory=True, host_accessible=False,
@@ -832,7 +833,8 @@ class CudaBackend(Backend):
 
     # ------------------------------------------------------------------ graphs (CudaGraphs)
     def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
-        """``cuStreamBeginCapture`` in thread-local mode.
+        """``cuStreamBeginCapture`` in global mode (``capture_error_mode="default"``, the
+        default of PyTorch's ``CUDAGraph.capture_begin``).
 
         Raises:
             RuntimeError: ``stream`` is the legacy default stream (CUDA cannot capture it).
@@ -840,6 +842,20 @@ class CudaBackend(Backend):
         if self._closed:
             raise self._closed_error("graph_capture_begin")
         self._graphs.graph_capture_begin(index, stream)
+
+    def graph_capture_begin_mode(self, index: int, stream: StreamHandle, mode: str) -> None:
+        """``cuStreamBeginCapture`` in ``mode`` (``"global"``, ``"thread_local"`` or
+        ``"relaxed"``: ``CU_STREAM_CAPTURE_MODE_*``, PyTorch's ``capture_error_mode``). The
+        mode decides which threads' potentially unsafe calls CUDA refuses during the capture,
+        and in which threads :meth:`synchronize` of the device is refused (docs/graphs.md).
+
+        Raises:
+            ValueError: another ``mode``.
+            RuntimeError: ``stream`` is the legacy default stream (CUDA cannot capture it).
+        """
+        if self._closed:
+            raise self._closed_error("graph_capture_begin_mode")
+        self._graphs.graph_capture_begin(index, stream, mode)
 
     def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         """``cuStreamEndCapture``; returns the ``CUgraph`` handle (instantiated by

@@ -15,6 +15,7 @@ Example::
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ from ._streams import _SPECIAL_STREAMS, CudaStreams
 if TYPE_CHECKING:
     from ._backend import _Device
 
-__all__ = ["CudaGraphs", "exec_graph_id", "instantiate_flags"]
+__all__ = ["CudaGraphs", "capture_mode", "exec_graph_id", "instantiate_flags"]
 
 
 def instantiate_flags(drv: Any) -> int:
@@ -68,6 +69,33 @@ def exec_graph_id(drv: Any, exe: Any) -> int:
     return int(check(get_id(exe), "cuGraphExecGetId"))
 
 
+#: ``capture_error_mode`` -> the name of its ``CUstreamCaptureMode`` value
+_CAPTURE_MODES = {"global": "CU_STREAM_CAPTURE_MODE_GLOBAL",
+                  "thread_local": "CU_STREAM_CAPTURE_MODE_THREAD_LOCAL",
+                  "relaxed": "CU_STREAM_CAPTURE_MODE_RELAXED"}
+
+
+def capture_mode(drv: Any, mode: str) -> Any:
+    """The ``CUstreamCaptureMode`` of a capture mode name (PyTorch's ``capture_error_mode``
+    other than ``"default"``).
+
+    Raises:
+        ValueError: not ``"global"``, ``"thread_local"`` or ``"relaxed"``.
+
+    Example::
+
+        >>> import types
+        >>> from accelrt.backends.cuda._graphs import capture_mode
+        >>> modes = types.SimpleNamespace(CU_STREAM_CAPTURE_MODE_RELAXED=2)
+        >>> capture_mode(types.SimpleNamespace(CUstreamCaptureMode=modes), "relaxed")
+        2
+    """
+    name = _CAPTURE_MODES.get(mode) if type(mode) is str else None
+    if name is None:
+        raise ValueError(f"capture mode must be one of {tuple(_CAPTURE_MODES)}, got {mode!r}")
+    return getattr(drv.CUstreamCaptureMode, name)
+
+
 class CudaGraphs:
     """The captured graphs of one CUDA backend (a part it holds and delegates to).
 
@@ -87,7 +115,11 @@ class CudaGraphs:
         self._graphs: dict[int, list[Any]] = {}
 
     # ------------------------------------------------------------------ graphs
-    def graph_capture_begin(self, index: int, stream: StreamHandle) -> None:
+    def graph_capture_begin(self, index: int, stream: StreamHandle, mode: str = "global") -> None:
+        """``cuStreamBeginCapture`` in capture ``mode`` (``"global"``, as
+        ``CUDAGraph.capture_begin``'s default, ``"thread_local"`` or ``"relaxed"``), kept with
+        the calling thread for :meth:`~._streams.CudaStreams.synchronize`'s refusal."""
+        cu_mode = capture_mode(self._drv, mode)
         stream = self._streams.check_stream(self._use(index), stream)
         if stream in _SPECIAL_STREAMS:
             raise DeviceError("cuda: graphs must be captured on a non-default stream; "
@@ -96,9 +128,9 @@ class CudaGraphs:
             if stream in self._capturing:
                 raise DeviceError(f"cuda: stream {stream:#x} is already capturing; end that "
                                   "capture first")
-            mode = self._drv.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-            check(self._drv.cuStreamBeginCapture(stream, mode), "cuStreamBeginCapture")
+            check(self._drv.cuStreamBeginCapture(stream, cu_mode), "cuStreamBeginCapture")
             self._capturing[stream] = index
+            self._streams._capture_modes[stream] = (threading.get_ident(), mode)
 
     def graph_capture_end(self, index: int, stream: StreamHandle) -> GraphHandle:
         stream = self._streams.check_stream(self._use(index), stream)
@@ -108,6 +140,7 @@ class CudaGraphs:
                 raise DeviceError(f"cuda: stream {stream:#x} of cuda:{index} is not capturing; "
                                   "call graph_capture_begin first")
             del self._capturing[stream]
+            self._streams._capture_modes.pop(stream, None)
             graph = check(drv.cuStreamEndCapture(stream), "cuStreamEndCapture")
             handle = int(graph)
             self._graphs[handle] = [index, graph, None]

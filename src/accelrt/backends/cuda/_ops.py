@@ -67,12 +67,12 @@ def grid_for(work: int, sms: int) -> int:
     return max(1, min(-(-work // BLOCK), 4 * max(1, sms)))
 
 
-def _real(value: Any, what: str) -> float:
+def _real(value: Any, what: str, finite: bool = True) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(
             value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{what} must be a real number, got {type_shown(value)}")
     v = float(value)
-    if not math.isfinite(v):
+    if finite and not math.isfinite(v):
         raise ValueError(f"{what} must be finite, got {v}")
     return v
 
@@ -156,7 +156,11 @@ def philox_launch(ptr: int, n: int, dtype: str, dist: str, seed: int, offset: in
                            np.int32(standard)]
             per_block = 2 if dt.itemsize == 8 else 4
         else:
-            mean, std = _real(first, "mean"), _real(second, "std")
+            # (as PyTorch's normal_: any mean, nan and infinities included, and an
+            # infinite std; the kernel's IEEE arithmetic makes nan or infinite numbers)
+            mean, std = _real(first, "mean", False), _real(second, "std", False)
+            if not std >= 0:
+                raise ValueError(f"normal std must be >= 0 (not nan), got {std}")
             standard = (mean, std) == (0.0, 1.0)
             args = head + [np.float64(mean), np.float64(std), np.int32(standard)]
             per_block = 2

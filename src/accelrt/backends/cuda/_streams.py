@@ -18,6 +18,7 @@ import ctypes
 import itertools
 import os
 import threading
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from ... import _stream_callback
 from ..._errors import DeviceError, type_shown
 from ..._fork import reinit_after_fork
 from ..._handles import EventHandle, StreamHandle
-from .._common import KeptErrors
+from .._common import KeptErrors, capture_refuses_sync
 from . import _cu
 from ._cu import as_handle, as_int, check
 
@@ -110,8 +111,10 @@ _NO_CAPTURE = contextlib.nullcontext()
 
 class _RelaxedCapture:
     """Switch the thread to relaxed capture mode, so that allocation calls (``cuMemAlloc``,
-    ``cuMemCreate``, ...) made while a graph captures neither fail nor invalidate it (what
-    PyTorch's allocator does); the previous mode is restored on exit."""
+    ``cuMemCreate``, ...) made while a graph captures neither fail nor invalidate it, whatever
+    its mode (PyTorch's ``CUDAStreamCaptureModeGuard`` around ``cudaMalloc``); the previous
+    mode is restored on exit, also when the call failed. A failed restore raises, or warns
+    where the call's own error propagates (as the guard's destructor warns)."""
 
     __slots__ = ("drv", "prev")
 
@@ -124,9 +127,15 @@ class _RelaxedCapture:
         self.prev = check(self.drv.cuThreadExchangeStreamCaptureMode(relaxed),
                           "cuThreadExchangeStreamCaptureMode")
 
-    def __exit__(self, *exc: object) -> None:
-        check(self.drv.cuThreadExchangeStreamCaptureMode(self.prev),
-              "cuThreadExchangeStreamCaptureMode")
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        try:
+            check(self.drv.cuThreadExchangeStreamCaptureMode(self.prev),
+                  "cuThreadExchangeStreamCaptureMode")
+        except Exception as err:
+            if exc_type is None:
+                raise
+            warnings.warn(f"cuda: the capture mode was not restored after a failed call: "
+                          f"{err}", RuntimeWarning, stacklevel=2)
 
 
 class CudaStreams:
@@ -150,6 +159,9 @@ class CudaStreams:
         self._events: dict[int, list[Any]] = {}
         #: streams capturing a graph: handle -> device index; guarded by _graph_lock
         self._capturing: dict[int, int] = {}
+        #: their captures: handle -> (ident of the thread that began it, capture mode);
+        #: guarded by _graph_lock
+        self._capture_modes: dict[int, tuple[int, str]] = {}
         #: first exception of a host function per (device, stream), raised at the next sync
         self._host_errors: KeptErrors[tuple[int, int]] = KeptErrors()
 
@@ -295,10 +307,22 @@ class CudaStreams:
         _stream_callback.refuse("synchronize")
         self._use(index)
         if index in self._capturing.values():
-            raise DeviceError(f"cuda: cannot synchronize cuda:{index} while one of its streams "
-                              "captures a graph; end the capture first")
+            self._check_sync_allowed(index)
         check(self._drv.cuCtxSynchronize(), "cuCtxSynchronize")
         self._raise_host_error(index, None)
+
+    def _check_sync_allowed(self, index: int) -> None:
+        """Refuse a synchronize of device ``index`` in the calling thread where a capture of
+        one of its streams forbids it by its mode (the generic rule, docs/graphs.md): its own
+        capture unless begun ``"relaxed"``, another thread's if begun ``"global"``."""
+        me = threading.get_ident()
+        with self._graph_lock:
+            captures = [(s, self._capture_modes.get(s, (0, "global")))
+                        for s, i in self._capturing.items() if i == index]
+        for stream, (thread, mode) in captures:
+            why = capture_refuses_sync("cuda", f"cuda:{index}", f"{stream:#x}", thread, mode, me)
+            if why is not None:
+                raise DeviceError(why)
 
     def launch_host_func(self, index: int, fn: Callable[[], None], stream: StreamHandle) -> None:
         if not callable(fn):
