@@ -39,6 +39,10 @@ ANCHORS_US: dict[str, float | None] = {
     "Event.record": 5.8,
     "Event.query": 0.32,
     "synchronize (idle)": 2.3,
+    # device switches (two devices: ACCELRT_CPU_DEVICES=2 on the cpu backend)
+    "set_device_index 0<->1": None,
+    "device_index(1) enter+exit": None,
+    "Stream(dev 1) enter+exit": None,
 }
 
 Bench = Callable[[int], float]
@@ -72,8 +76,18 @@ def _with_new(factory: Callable[[int], Any], arg: int, loops: int) -> float:
     return (time.perf_counter() - t0) / loops
 
 
+def _switches(set_device_index: Callable[[int], None], loops: int) -> float:
+    """Seconds per call of ``set_device_index`` switching between devices 0 and 1."""
+    t0 = time.perf_counter()
+    for _ in range(loops // 2):
+        set_device_index(1)
+        set_device_index(0)
+    return (time.perf_counter() - t0) / (loops // 2 * 2)
+
+
 def accelrt_benches() -> dict[str, Bench]:
-    """accelrt's operations on the current accelerator."""
+    """accelrt's operations on the current accelerator (the device switches with two
+    devices or more)."""
     current_stream = acc.current_stream
     current_device_index = acc.current_device_index
     set_device_index = acc.set_device_index
@@ -81,7 +95,7 @@ def accelrt_benches() -> dict[str, Bench]:
     stream = acc.Stream()
     event = acc.Event()
     event.record()
-    return {
+    benches: dict[str, Bench] = {
         "current_stream": lambda n: _time(current_stream, n),
         "current_device_index": lambda n: _time(current_device_index, n),
         "set_device_index": lambda n: _time(lambda: set_device_index(0), n),
@@ -93,6 +107,12 @@ def accelrt_benches() -> dict[str, Bench]:
         "Event.query": lambda n: _time(event.query, n),
         "synchronize (idle)": lambda n: _time(acc.synchronize, n),
     }
+    if acc.device_count() > 1:
+        stream1 = acc.Stream(acc.device(acc.current_accelerator().type, 1))
+        benches["set_device_index 0<->1"] = lambda n: _switches(set_device_index, n)
+        benches["device_index(1) enter+exit"] = lambda n: _with_new(device_index, 1, n)
+        benches["Stream(dev 1) enter+exit"] = lambda n: _with(stream1, n)
+    return benches
 
 
 def torch_benches() -> dict[str, Bench] | None:
@@ -112,7 +132,7 @@ def torch_benches() -> dict[str, Bench] | None:
     cuda_stream = torch.cuda.stream
     set_device_index = ta.set_device_index
     device_index = getattr(ta, "device_index", torch.cuda.device)  # added in torch 2.8
-    return {
+    benches: dict[str, Bench] = {
         "current_stream": lambda n: _time(ta.current_stream, n),
         "current_device_index": lambda n: _time(ta.current_device_index, n),
         "set_device_index": lambda n: _time(lambda: set_device_index(0), n),
@@ -124,6 +144,13 @@ def torch_benches() -> dict[str, Bench] | None:
         "Event.query": lambda n: _time(event.query, n),
         "synchronize (idle)": lambda n: _time(ta.synchronize, n),
     }
+    if torch.cuda.device_count() > 1:
+        stream1 = torch.cuda.Stream(1)
+        benches["set_device_index 0<->1"] = lambda n: _switches(set_device_index, n)
+        benches["device_index(1) enter+exit"] = lambda n: _with_new(device_index, 1, n)
+        benches["Stream(dev 1) enter+exit"] = lambda n: _with_new(
+            cuda_stream, stream1, n)  # type: ignore[arg-type]
+    return benches
 
 
 def measure(bench: Bench, loops: int, repeat: int) -> float:
@@ -169,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         row = f"{name:<26}{us:>18.3f}"
         row += f"{anchor:>17.2f}{us / anchor:>8.2f}" if anchor else f"{'-':>17}{'-':>8}"
         if theirs:
-            row += f"{theirs[name] * 1e6:>17.3f}"
+            row += f"{theirs[name] * 1e6:>17.3f}" if name in theirs else f"{'-':>17}"
         print(row)
     empty = measure(lambda n: _time(_noop, n), args.loops, args.repeat) * 1e6
     print(f"\n{args.loops} calls per run, median of {args.repeat} runs; ratio = accelrt / "

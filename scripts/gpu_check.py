@@ -83,8 +83,9 @@ BUILD_PACKAGES = ("mypy", "librt", "ast-serialize", "pathspec")
 
 #: the GPU tests of the CUDA paths changed since the last GPU run, and the check of every call
 #: site against the real packages (its NCCL part needs nccl4py): the ``changed`` phase
-CHANGED_TESTS = ["tests/backends/test_cuda_gpu_s40.py", "tests/backends/test_cuda_calls_s40.py",
-                 "tests/backends/test_cuda_capture_gpu_s41.py"]
+CHANGED_TESTS = ["tests/backends/test_cuda_gpu_s40.py", "tests/backends/test_cuda_ctx_gpu_s41.py",
+                 "tests/backends/test_cuda_calls_s40.py", "tests/backends/test_cuda_capture_gpu_s41.py",
+                 "tests/backends/test_cuda_ctx_s41.py"]
 
 SUITE = {   # the whole suite in four pytest runs; the dedicated phases' tests are left out
     "suite-backends": ["tests/backends", *(f"--ignore={t}" for t in CHANGED_TESTS)],
@@ -891,7 +892,8 @@ def phases() -> list[Phase]:
               "-k cuda"),
         Phase("changed", 45, 15, "the CUDA paths changed since the last GPU run (s40: a use "
               "on a destroyed or another device's stream, external events in a graph, the "
-              "out-of-memory observer, the profiler, NCCL on cuda:1) and every driver/NVRTC/"
+              "out-of-memory observer, the profiler, NCCL on cuda:1; s41: cudaGetDevice follows "
+              "accelrt's current device) and every driver/NVRTC/"
               "NVML/NVTX/NCCL call site against the real packages", Runner.changed,
               f"{pt} " + shlex.join(CHANGED_TESTS)),
         Phase("cuda-ipc", 60, 20, "CUDA IPC between two processes on one GPU", Runner.cuda_ipc,

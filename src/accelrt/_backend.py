@@ -105,6 +105,12 @@ def _no_ipc(name: str) -> ValueError:
                       "can (cpu with ACCELRT_CPU_SHARED_MEMORY=1, or cuda) or send its contents")
 
 
+#: ``[True]`` once a backend class with ``follows_current_device`` exists (cuda's is made when
+#: it is first used): until then the core does not look at the backends' flag when the current
+#: device changes, so the cpu backend's switches cost what they did
+_follows_any: list[bool] = [False]
+
+
 class Backend(abc.ABC):
     """Raw operations of one device family; subclass it to add a backend.
 
@@ -136,6 +142,16 @@ class Backend(abc.ABC):
     #: True once :meth:`close` ran; every operation but the questions about the devices
     #: (``_OPEN_AFTER_CLOSE``) checks it first and raises :meth:`_closed_error`.
     _closed: bool = False
+    #: True for a backend with a per-thread current context that must follow the thread's
+    #: current device (cuda's ``cudaSetDevice``): the core then calls
+    #: :meth:`set_current_device` each time the calling thread's current device of this
+    #: backend changes. ``False``, the default, costs the core nothing more than the change.
+    follows_current_device: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.follows_current_device:
+            _follows_any[0] = True
 
     # ------------------------------------------------------------------ capabilities
     def capabilities(self, index: int) -> Capabilities:
@@ -226,6 +242,19 @@ class Backend(abc.ABC):
         current). Called lazily before the first raw operation on that device in a thread."""
         if self._closed:
             raise self._closed_error("init_device")
+
+    def set_current_device(self, index: int, create: bool) -> None:
+        """The calling thread's current device of this backend became ``index`` (called by the
+        core on each change when :attr:`follows_current_device` is True): make its context
+        current in the thread, as ``cudaSetDevice`` does. ``create`` False (the exit of a
+        device context manager, PyTorch's ``MaybeSetDevice``) asks not to create a context
+        on a device that has none yet. The default does nothing.
+
+        Example::
+
+            >>> from accelrt import backends
+            >>> backends.get_backend("cpu").set_current_device(0, True)
+        """
 
     # ------------------------------------------------------------------ memory
     @abc.abstractmethod
@@ -715,7 +744,9 @@ _OPEN_AFTER_CLOSE = frozenset((
     "close", "unavailable_reason", "default_candidate", "device_count", "get_device_properties",
     "get_device_capability", "get_memory_info", "capabilities", "host_accessible",
     "vm_supported", "graph_supported", "supports_interprocess_events", "arch_list",
-    "oom_advice", "stream_priority_range", "default_stream", "can_access_peer"))
+    "oom_advice", "stream_priority_range", "default_stream", "can_access_peer",
+    # the thread's current device still changes after close(): nothing to make current
+    "set_current_device"))
 
 
 # ---------------------------------------------------------------------- registry

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from . import _backend
+from ._backend import _follows_any
 from ._errors import (AcceleratorIndexError, AcceleratorTypeError, AcceleratorValueError,
                       BackendUnavailableError, index_failure, shown, type_shown)
 from ._fork import reinit_after_fork
@@ -466,8 +467,8 @@ class _ThreadState(threading.local):
         # allocate its storage each time (0.8 calls of Stream enter+exit)
         self.entered: list[tuple[Any, int, Any]] = [_NO_BLOCK]
         # the open ``device_index`` (and device module ``device``) blocks, innermost last:
-        # (context manager, backend name, previous index or -1 for "changed nothing")
-        self.switched: list[tuple[Any, str, int]] = []
+        # (context manager, backend name, previous index or -1 for "changed nothing", backend)
+        self.switched: list[tuple[Any, str, int, Any]] = []
         # (device, stream, inited), (device, stream, entered) and (device, switched) in one
         # thread-local lookup for the hot paths; never rebind the containers above (mutate
         # them), or these aliases go stale
@@ -809,6 +810,11 @@ def current_device_index() -> int:
 
 
 def _set_index(b: Backend, index: int) -> None:
+    """Make ``index`` the calling thread's current device of ``b`` (``torch.cuda.set_device``:
+    a backend that follows the current device makes its context current first, creating it
+    if needed; if that raises, nothing changed)."""
+    if _follows_any[0] and b.follows_current_device and _tls.device.get(b.name, 0) != index:
+        b.set_current_device(index, True)
     _tls.device[b.name] = index
 
 
@@ -837,12 +843,15 @@ def set_device_index(device: DeviceLike, /) -> None:
         b = _current_backend if _current_backend is not None else _require_current()
         if device >= b.device_count():
             _check_index(b, device)
+        if _follows_any[0] and b.follows_current_device:   # cuda: its context follows
+            _set_index(b, device)
+            return
         _tls.device[b.name] = device
         return
     if isinstance(device, int) and not isinstance(device, bool) and _plain_int(device) < 0:
         return
     b, idx = _get_current_device_index(device, optional=False)
-    _tls.device[b.name] = idx
+    _set_index(b, idx)
 
 
 # the compiled core (its enter and exit, the devices' keys, _lazy_init) imports _tls,

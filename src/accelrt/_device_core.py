@@ -30,6 +30,8 @@ __all__: list[str] = []
 #: ``_device``'s globals, read by key: ``_current_backend`` is rebound, and a compiled module
 #: reads an attribute of a Python module through a generic getattr (about one empty call)
 _dev_globals: Final = vars(_dev)
+#: ``_backend._follows_any`` (a C variable here, not a lookup)
+_follows: Final = _backend._follows_any
 
 
 class _Key(NamedTuple):
@@ -132,7 +134,7 @@ class _SwitchCore:
     ``prev_idx`` the index the latest entry replaced (``torch.accelerator.device_index``'s
     attribute; -1 until entered). The open entries live in the entering thread's state
     (``_tls.switched``, innermost last: (context manager, backend name, previous index or -1
-    for "changed nothing")), so threads sharing one object never touch each other's.
+    for "changed nothing", backend)), so threads sharing one object never touch each other's.
 
     Both fields are typed ``object``: users may assign them, as torch's plain attributes
     (the constructors store an int or None). A compiled field typed ``int`` would refuse
@@ -165,7 +167,7 @@ class _SwitchCore:
             idx = -1 if got is None else got
         if idx < 0:
             if self._strict_exit:
-                _tls.switched.append((self, "", -1))
+                _tls.switched.append((self, "", -1, None))
             return
         name = self._backend_name
         if name is not None:
@@ -178,18 +180,22 @@ class _SwitchCore:
         d, switched = _tls.switch
         bname = b.name
         prev = d.get(bname, 0)
-        switched.append((self, bname, prev))
+        if _follows[0] and prev != idx and b.follows_current_device:
+            # cuda: the device's context becomes current first (torch's ExchangeDevice); if
+            # that raises, the block is not entered
+            b.set_current_device(idx, True)
+        switched.append((self, bname, prev, b))
         self.prev_idx = prev
         d[bname] = idx
 
     def __exit__(self, *exc: object) -> None:
         d, switched = _tls.switch
         if switched and switched[-1][0] is self:
-            _, name, prev = switched.pop()
+            _, name, prev, b = switched.pop()
         else:     # left out of order, or not entered in this thread
             for i in range(len(switched) - 2, -1, -1):
                 if switched[i][0] is self:
-                    _, name, prev = switched.pop(i)
+                    _, name, prev, b = switched.pop(i)
                     break
             else:
                 if self._strict_exit:
@@ -197,4 +203,9 @@ class _SwitchCore:
                                        "__enter__ in this thread; use 'with'")
                 return
         if prev >= 0:
+            # cuda: back to the previous device's context, creating none (torch's
+            # MaybeExchangeDevice), if the device changes
+            switch = _follows[0] and d.get(name, 0) != prev and b.follows_current_device
             d[name] = prev
+            if switch:
+                b.set_current_device(prev, False)

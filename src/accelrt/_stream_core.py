@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
+from . import _backend as _backend_mod
 from . import _checked
 from . import _device as _dev
 from . import _sync_debug as _sd
@@ -43,6 +44,8 @@ __all__: list[str] = []
 #: module through a generic getattr, about one empty call slower than a dict lookup.
 _sd_globals: Final = vars(_sd)
 _dev_globals: Final = vars(_dev)   # (``_current_backend`` is rebound: read it by key)
+#: ``_backend._follows_any``: True once a backend class follows the current device (cuda)
+_follows: Final = _backend_mod._follows_any
 #: the per-thread state, ``Final`` (never rebound): a C variable, not a lookup in this
 #: module's globals, on every current-stream read
 _tls: Final = _dev._tls
@@ -175,7 +178,12 @@ class _StreamCore:
         devs, streams, entered = _tls.enter
         key = self._key
         name = key[0]
-        entered.append((self, devs.get(name, 0), streams.get(key)))
+        prev = devs.get(name, 0)
+        if _follows[0] and prev != key[1] and self._b.follows_current_device:
+            # cuda: its device's context becomes current first (torch's setDeviceIndex); if
+            # that raises, the block is not entered
+            self._b.set_current_device(key[1], True)
+        entered.append((self, prev, streams.get(key)))
         streams[key] = self
         devs[name] = key[1]
         if (self._closed or _closing[0] or self._origin is not None) \
@@ -218,6 +226,9 @@ class _StreamCore:
         key = self._key
         name = key[0]
         prev_stream, prev_dev = streams.get(key), devs.get(name, 0)
+        switch = _follows[0] and prev_dev != key[1] and self._b.follows_current_device
+        if switch:   # cuda: its device's context becomes current first (torch's set_device)
+            self._b.set_current_device(key[1], True)
         streams[key] = self   # first the entry, then the check: see _closed_after_publish
         devs[name] = key[1]
         if (self._closed or _closing[0] or self._origin is not None) \
@@ -227,6 +238,8 @@ class _StreamCore:
             else:
                 streams[key] = prev_stream
             devs[name] = prev_dev
+            if switch:
+                self._b.set_current_device(prev_dev, False)
             self._check_open()
 
     def __exit__(self, exc_type: object = None, exc: object = None, tb: object = None) -> None:
@@ -243,7 +256,12 @@ class _StreamCore:
                 del streams[key]
         else:
             streams[key] = prev_stream
-        devs[key[0]] = prev_dev
+        name = key[0]
+        # cuda: the previous device's context (torch's setDeviceIndex), if the device changes
+        switch = _follows[0] and devs.get(name, 0) != prev_dev and self._b.follows_current_device
+        devs[name] = prev_dev
+        if switch:
+            self._b.set_current_device(prev_dev, True)
 
     def _innermost(self, entered: list[tuple[Any, int, Any]]) -> int:
         """The position in the calling thread's stack of its innermost ``with self:`` block.

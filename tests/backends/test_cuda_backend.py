@@ -14,6 +14,7 @@ Three parts:
 from __future__ import annotations
 
 import ctypes
+import inspect
 import itertools
 import os
 import pickle
@@ -102,6 +103,7 @@ OUTPUTS = {  # number of values each driver function returns after its CUresult
     "cuIpcCloseMemHandle": 0, "cuMemGetAddressRange": 2,
     "cuDeviceGetDefaultMemPool": 1, "cuMemAllocFromPoolAsync": 1, "cuMemFreeAsync": 0,
     "cuMemPoolTrimTo": 0, "cuMemPoolGetAttribute": 1, "cuMemPoolSetAttribute": 0,
+    "cuDevicePrimaryCtxGetState": 2,
 }
 CTX = 0xC0DE000
 GRAN = 2 << 20
@@ -154,6 +156,8 @@ class FakeDriver:
             return (8,)
         if name == "cuDevicePrimaryCtxRetain":
             return (CTX + args[0],)          # one primary context per device
+        if name == "cuDevicePrimaryCtxGetState":   # (flags, active): none made elsewhere
+            return (0, 0)
         if name == "cuStreamGetCtx":
             return (CTX,)
         if name == "cuCtxSetCurrent":
@@ -268,6 +272,9 @@ def _mapped(b: Any, o: dict[str, int]) -> int:
 
 ERROR_PATHS: list[tuple[str, str, Callable[[Any, dict[str, int]], Any]]] = [
     ("init_device", "cuDevicePrimaryCtxRetain", lambda b, o: b.init_device(1)),
+    ("set_current_device", "cuCtxSetCurrent", lambda b, o: b.set_current_device(1, True)),
+    ("set_current_device", "cuDevicePrimaryCtxGetState",
+     lambda b, o: b.set_current_device(1, False)),
     ("get_device_properties", "cuDeviceGetName", lambda b, o: b.get_device_properties(1)),
     ("capabilities", "cuDeviceGetName", lambda b, o: b.capabilities(1)),
     ("get_memory_info", "cuMemGetInfo", lambda b, o: b.get_memory_info(0)),
@@ -1029,6 +1036,10 @@ def test_context_follows_the_device_across_libraries(fake: Any) -> None:
     b.malloc(0, 64)
     assert drv.current == CTX + 0        # switched back before allocating on device 0
     b.malloc(1, 64)
+    assert drv.current == CTX + 0        # device 1's context only while the call ran
+    b.set_current_device(1, True)        # the thread's current device is 1 now
+    assert drv.current == CTX + 1
+    b.malloc(0, 64)
     assert drv.current == CTX + 1
 
 
@@ -1772,4 +1783,4 @@ def test_closed_flag_checked_by_every_delegated_operation(fake: tuple[Any, FakeD
                 or isinstance(vars(type(b)).get(attr), classmethod):
             continue
         with pytest.raises(ValueError, match=f"instance is closed .* so {attr}\\(\\) cannot"):
-            getattr(b, attr)(*([0] * 12)[:member.__code__.co_argcount - 1])
+            getattr(b, attr)(*([0] * 12)[:inspect.unwrap(member).__code__.co_argcount - 1])

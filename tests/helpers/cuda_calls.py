@@ -182,6 +182,9 @@ class Driver(Binding):
         self.reserve = itertools.count(0x7E0000000000, 1 << 32)
         self.memory = itertools.count(0x7D0000000000, 1 << 32)   # allocations, 4 GiB apart
         self.mapped: dict[int, int] = {}         # cuMemCreate handle -> device
+        #: devices whose primary context is active (retained by accelrt or another library)
+        self.active: set[int] = set()
+        self.retains: list[int] = []             # the devices of each cuDevicePrimaryCtxRetain
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -359,7 +362,11 @@ class Driver(Binding):
         if name == "cuDeviceGetCount":
             return (2,)
         if name == "cuDevicePrimaryCtxRetain":
+            self.active.add(int(args[0]))
+            self.retains.append(int(args[0]))
             return (CTX + 0x100 * int(args[0]),)
+        if name == "cuDevicePrimaryCtxGetState":   # (flags, active)
+            return (0, int(int(args[0]) in self.active))
         if name == "cuDeviceGetAttribute":
             attr = args[0]
             table = {a.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: 9,
@@ -512,6 +519,14 @@ def backend_steps(b: Any, drv: Driver, nvrtc: Nvrtc) -> None:  # noqa: C901
     res = drv.real.CUresult
     x = _expect
     x("init_device", lambda: b.init_device(0))
+    # leaving a device block for device 1, which has no context yet (asks the driver)
+    x("set_current_device, no context", lambda: b.set_current_device(1, False))
+    x("set_current_device", lambda: b.set_current_device(0, True))
+    drv.tls.ctx = CTX + 0x100      # PyTorch on device 1 calls accelrt's allocator for device 0
+    x("keeping_context", lambda: b.keeping_context(lambda: b.malloc(0, 64)))
+    if drv.current != CTX + 0x100:
+        LOG.problems.append("keeping_context: the caller's context is current again")
+    x("set_current_device back", lambda: b.set_current_device(0, True))
     x("properties", lambda: b.get_device_properties(1))
     x("capabilities", lambda: b.capabilities(0))
     x("memory_info", lambda: b.get_memory_info(1))
@@ -989,7 +1004,10 @@ def nccl_steps(acc: Any, drv: Driver) -> None:
 
 # ====================================================================== main
 
-def main(stub_dir: str) -> None:
+def setup(stub_dir: str) -> tuple[Driver, Nvrtc, Any] | None:
+    """Route accelrt's driver, NVRTC, NVML and NVTX calls to the checked stand-ins (before
+    accelrt's first call): ``(driver, nvrtc, nvml)``, or None (after printing the skip
+    report) when ``cuda.bindings`` did not load the stand-in libcuda."""
     global SRC
     import importlib.util
     import os
@@ -1009,7 +1027,7 @@ def main(stub_dir: str) -> None:
     libs["cuda"].accelrt_stub_result(0)
     if not routed:
         print(json.dumps({"skip": "cuda.bindings did not load the stand-in libcuda"}))
-        return
+        return None
     drv = Driver(real_driver, libs["cuda"])
     nvrtc = Nvrtc(real_nvrtc, libs["nvrtc"])
     import pynvml
@@ -1017,12 +1035,21 @@ def main(stub_dir: str) -> None:
     pynvml._nvmlGetFunctionPointer_cache = {}
     nvml = Module(pynvml, "nvml")
 
-    from accelrt.backends.cuda import _cu, _discovery, _nvtx
+    from accelrt.backends.cuda import _cu, _nvtx
     _cu._driver = drv                                   # type: ignore[assignment]
     _cu.load_nvrtc = lambda: nvrtc                      # type: ignore[assignment]
     _cu.load_nvml = lambda: nvml                        # type: ignore[assignment]
     import nvtx as real_nvtx
     _nvtx._lib = lambda: Module(real_nvtx, "nvtx")      # type: ignore[assignment]
+    return drv, nvrtc, nvml
+
+
+def main(stub_dir: str) -> None:
+    routed = setup(stub_dir)
+    if routed is None:
+        return
+    drv, nvrtc, nvml = routed
+    from accelrt.backends.cuda import _cu, _discovery
     discovery_steps(drv, nvml)
     _discovery.probe = lambda: _discovery.Probe(2, None, "nvml", 13000, (0, 1))   # type: ignore[assignment]
     from accelrt.backends.cuda import CudaBackend

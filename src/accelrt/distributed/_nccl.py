@@ -193,8 +193,8 @@ class NcclEngine(Engine):
         from .._device import _get_device, set_device_index
         set_device_index(f"cuda:{ctx.device_index}")
         # NCCL makes the communicator on the device whose context is current in this thread
-        # (cudaGetDevice), which accelrt's current device index does not change: make the
-        # device's primary context current, as torch's ProcessGroupNCCL guards the device
+        # (cudaGetDevice): set_device_index switches it when the index changes; init_device
+        # also makes it current when the index was already current but had no context yet
         b, index = _get_device(f"cuda:{ctx.device_index}")
         b.init_device(index)
         config = core.NCCLConfig(blocking=False)

@@ -202,8 +202,14 @@ def _on_malloc(size: int, device: int, stream: int | None) -> int | None:
     try:
         if t is None:
             return None
-        alloc, handle = _allocator(t, device, stream)
-        return alloc.malloc(size, handle) or None
+        from ._common import cuda_backend
+        b = cuda_backend(t.backend)
+
+        def malloc() -> int | None:
+            alloc, handle = _allocator(t, device, stream)
+            return alloc.malloc(size, handle) or None
+        # PyTorch's context stays current (accelrt's current device may be another)
+        return b.keeping_context(malloc) if b.follows_current_device else malloc()
     except OutOfMemoryError as exc:
         _log.warning("accelrt's allocator for PyTorch: %s", exc)
         _failed(str(exc))
@@ -222,9 +228,15 @@ def _on_free(ptr: int | None, size: int, device: int, stream: int | None) -> Non
             return
         from ..memory._allocator import get_allocator
         from ._common import cuda_backend
+        b = cuda_backend(t.backend)
         # never blocks: PyTorch may free from a finalizer running inside the allocator's
-        # critical section on this thread (the free is then queued)
-        get_allocator(cuda_backend(t.backend), device).free(ptr, True)
+        # critical section on this thread (the free is then queued). PyTorch frees without
+        # a device guard: its context stays current, the block's device may be another
+        free = get_allocator(b, device).free
+        if b.follows_current_device:
+            b.keeping_context(lambda: free(ptr, True))
+        else:
+            free(ptr, True)
     except BaseException:   # never into C: the block stays where it was
         _log.exception("accelrt's allocator for PyTorch: freeing %#x (%d bytes) on device %d "
                        "failed", ptr or 0, size, device)

@@ -6,8 +6,10 @@ streams, events and host functions (:class:`._streams.CudaStreams`), graph captu
 (:class:`._graphs.CudaGraphs`, sharing the streams part's capturing streams) and the optional
 compute hooks ``philox_fill`` and ``elementwise_add`` (:class:`._ops.CudaOps`); NVML monitoring
 is :mod:`._nvml`, module functions ``accelrt.cuda`` calls. Discovery (:mod:`._discovery`) never
-creates a context; the primary context of a device is retained on the first raw operation and
-made current per thread.
+creates a context; the primary context of a device is retained on the first raw operation. The
+thread's current context follows its current device (:meth:`CudaBackend.set_current_device`, as
+``cudaSetDevice``), and a raw operation on another device restores it (torch's
+device guard, :mod:`._guard`).
 
 Example::
 
@@ -23,7 +25,7 @@ import os
 import threading
 import uuid as _uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from ..._backend import Backend, Capabilities
 from ..._errors import BackendUnavailableError, type_shown
@@ -32,6 +34,7 @@ from . import _cu, _discovery
 from ._cu import CudaError, check
 from ._kernels import KernelCache, pack_args
 from ._graphs import CudaGraphs
+from ._guard import guard_operations
 from .._ranges import Ranges
 from ._memory import CudaMemory
 from ._ops import CudaOps
@@ -49,6 +52,9 @@ _FORKED_MSG = ("Cannot re-initialize CUDA in forked subprocess. To use CUDA with
                "multiprocessing, you must use the 'spawn' start method (this process was forked "
                "after CUDA was initialised in its parent: multiprocessing.set_start_method("
                "'spawn'))")
+
+
+_R = TypeVar("_R")
 
 
 class _Device:
@@ -79,7 +85,8 @@ class _Device:
 
 
 class _Tls(threading.local):
-    index = -1   # the device whose primary context this thread made current
+    index = -1    # the device whose primary context this thread made current (-1: none)
+    current = 0   # the thread's current device (set_current_device), as the core's
 
 
 class CudaBackend(Backend):
@@ -98,6 +105,8 @@ class CudaBackend(Backend):
     """
 
     name = "cuda"
+    #: the thread's current context follows its current device (:meth:`set_current_device`)
+    follows_current_device = True
 
     def __init__(self) -> None:
         self._closed = False   # Backend._closed on the instance: each operation reads it
@@ -205,17 +214,102 @@ class CudaBackend(Backend):
         return d
 
     def _use_any(self) -> _Device:
-        """The thread's current device, or device 0 (for context-wide calls like pinning)."""
-        index = self._tls.index
-        return self._use(max(index, 0))
+        """For context-wide calls (pinned host memory, pointer queries): the thread's current
+        device if it has a context, else the context current in the thread, else any device
+        with one, else the current device (torch's ``getDeviceIndexWithPrimaryContext``)."""
+        tls = self._tls
+        index = tls.current
+        if index not in self._devices:
+            if tls.index >= 0:
+                index = tls.index
+            elif self._devices:
+                index = min(self._devices)
+        return self._use(index)
+
+    def _has_context(self, index: int) -> bool:
+        """Whether device ``index`` has a primary context (torch's ``hasPrimaryContext``): one
+        accelrt retained, or one another library made active (retained here then, which
+        creates nothing). False while accelrt has not initialised the driver."""
+        if index in self._devices:
+            return True
+        if not self._inited:
+            return False
+        _, active = check(self._drv.cuDevicePrimaryCtxGetState(self._cu_device(index)),
+                          "cuDevicePrimaryCtxGetState")
+        if not active:
+            return False
+        self._device(index)
+        return True
+
+    def _restore(self) -> None:
+        """After an operation on another device than the thread's current one: make the
+        current device's context current again if it has one (torch's device guard restores
+        with ``MaybeSetDevice``); otherwise the operation's context stays current."""
+        tls = self._tls
+        index = tls.current
+        if self._has_context(index):
+            check(self._drv.cuCtxSetCurrent(self._devices[index].ctx), "cuCtxSetCurrent")
+            tls.index = index
 
     def init_device(self, index: int) -> None:
-        """Retain device ``index``'s primary context and make it current in this thread."""
+        """Retain device ``index``'s primary context (creating it); make it current in this
+        thread if it is the thread's current device (:meth:`set_current_device`): the raw
+        operations on another device make theirs current only while they run."""
         if self._closed:
             raise self._closed_error("init_device")
         d = self._device(index)
+        tls = self._tls
+        if index == tls.current:
+            check(self._drv.cuCtxSetCurrent(d.ctx), "cuCtxSetCurrent")
+            tls.index = index
+
+    def set_current_device(self, index: int, create: bool) -> None:
+        """Make device ``index``'s primary context current in this thread, as
+        ``torch.cuda.set_device`` (``cudaSetDevice``) does: the core calls it each time the
+        thread's current cuda device changes. ``create`` False (leaving a device context
+        manager: torch's ``MaybeSetDevice``): a device without a context gets none, and the
+        context current in the thread stays until an operation there creates it. Nothing
+        after :meth:`close`.
+
+        Raises:
+            CudaError: the driver failed.
+            BackendUnavailableError: CUDA cannot be used in this forked child.
+        """
+        if self._closed:
+            return
+        tls = self._tls
+        if not create and not self._has_context(index):
+            tls.current = index
+            return
+        d = self._device(index)
         check(self._drv.cuCtxSetCurrent(d.ctx), "cuCtxSetCurrent")
-        self._tls.index = index
+        tls.index = tls.current = index
+
+    def keeping_context(self, fn: Callable[[], _R]) -> _R:
+        """``fn()`` for a call another library makes into accelrt from its own device guard
+        (PyTorch's allocator callbacks, :mod:`accelrt.interop.torch`): the context current
+        in the thread when it began is current again when it returns or raises, whatever
+        accelrt's current device, so the caller's work stays on its GPU.
+
+        Raises:
+            CudaError: the driver failed to restore the context (after ``fn``'s own error).
+            ValueError: the instance is closed.
+        """
+        if self._closed:
+            raise self._closed_error("keeping_context")
+        drv = self._drv
+        err, before = drv.cuCtxGetCurrent()
+        if err:
+            return fn()
+        try:
+            return fn()
+        finally:
+            err, now = drv.cuCtxGetCurrent()
+            if not err and int(now) != int(before):
+                check(drv.cuCtxSetCurrent(before), "cuCtxSetCurrent")
+                ctx = int(before)
+                self._tls.index = next((i for i, d in list(self._devices.items())
+                                        if d.ctx_int == ctx), -1)
 
     def _after_fork(self) -> None:
         """In a forked child: forget driver state; refuse CUDA if the parent initialised the
@@ -850,6 +944,9 @@ class CudaBackend(Backend):
         if self._closed:
             raise self._closed_error("elementwise_add")
         self._ops.elementwise_add(index, out, a, b, count, dtype, stream)
+
+guard_operations(CudaBackend)
+
 
 # ---------------------------------------------------------------------- fork safety
 
