@@ -16,10 +16,6 @@ counterpart is tests/backends/test_cuda_ctx_gpu_s41.py.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,28 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
-    nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not installed")
-    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
-    pytest.importorskip("nvtx", reason="nvtx is not installed")
-    if cuda_stub.compiler() is None:
-        pytest.skip("no C compiler to build the stand-in libcuda")
-    names = sorted(n for n in dir(nvrtc) if n.startswith("nvrtc")
-                   and callable(getattr(nvrtc, n)) and not isinstance(getattr(nvrtc, n), type))
-    folder = tmp_path_factory.mktemp("cuda_stub_ctx")
-    cuda_stub.build(folder, names)
-    import accelrt
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(Path(accelrt.__file__).resolve().parents[1]), str(ROOT / "tests"),
-         os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-m", "helpers.cuda_ctx", str(folder)],
-                          cwd=ROOT / "tests", env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
-    data: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
-    if "skip" in data:
-        pytest.skip(data["skip"])
-    return data
+    return cuda_stub.run_scenario(tmp_path_factory, "cuda_ctx", "cuda_stub_ctx")
 
 
 def test_every_step_ran(report: dict[str, Any]) -> None:

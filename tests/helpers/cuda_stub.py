@@ -15,10 +15,13 @@ result objects by :mod:`helpers.cuda_calls`.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 _RESULT = """
 static int result = 0;
@@ -91,3 +94,35 @@ def build(folder: Path, nvrtc_names: list[str]) -> dict[str, Path]:
 def load(path: Path) -> ctypes.CDLL:
     """Load a stand-in globally, so that ``cuda.pathfinder`` finds it as already loaded."""
     return ctypes.CDLL(str(path), mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+
+
+def run_scenario(tmp_path_factory: Any, module: str, folder_name: str) -> dict[str, Any]:
+    """Build the stand-in libraries in a fresh folder and run ``python -m helpers.<module>``
+    over them (with the accelrt this process imported: the source tree, or CI's installed
+    copy, whose files are the tree's, so the call sites' lines are the same); the scenario's
+    report, the JSON of its last line. Skips (pytest) without cuda-bindings, pynvml, nvtx or a
+    C compiler, or when the scenario reports ``{"skip": why}``."""
+    import pytest
+    pytest.importorskip("cuda.bindings.driver", reason="cuda-bindings is not installed")
+    nvrtc = pytest.importorskip("cuda.bindings.nvrtc", reason="cuda-bindings is not installed")
+    pytest.importorskip("pynvml", reason="nvidia-ml-py is not installed")
+    pytest.importorskip("nvtx", reason="nvtx is not installed")
+    if compiler() is None:
+        pytest.skip("no C compiler to build the stand-in libcuda")
+    names = sorted(n for n in dir(nvrtc) if n.startswith("nvrtc")
+                   and callable(getattr(nvrtc, n)) and not isinstance(getattr(nvrtc, n), type))
+    folder = tmp_path_factory.mktemp(folder_name)
+    build(folder, names)
+    import accelrt
+    tests = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(Path(accelrt.__file__).resolve().parents[1]), str(tests),
+         os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-m", f"helpers.{module}", str(folder)],
+                          cwd=tests, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    data: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+    if "skip" in data:
+        pytest.skip(data["skip"])
+    return data

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import uuid
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -24,15 +24,8 @@ from accelrt.backends.cpu import CpuBackend
 from accelrt.backends.cuda._ops import philox_launch
 from accelrt.random import Generator
 
-RT_VALUE = (ValueError, RuntimeError)     # torch's RuntimeError, accelrt's ValueError
-RT_TYPE = (TypeError, RuntimeError)
-
-
-def _raises(exc: tuple[type[BaseException], ...], match: str, fn: Callable[[], Any]) -> None:
-    with pytest.raises(exc[0], match=match) as info:
-        fn()
-    for cls in exc[1:]:
-        assert isinstance(info.value, cls), (type(info.value), cls)
+# torch's RuntimeError, accelrt's ValueError / TypeError, and the checker of both classes
+from test_review_random_args_s25 import RT_TYPE, RT_VALUE, _raises
 
 
 @pytest.fixture
