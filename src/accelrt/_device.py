@@ -448,6 +448,8 @@ def _forget_streams(ref: weakref.ref[_Streams]) -> None:
 
 #: The bottom entry of every thread's ``entered`` stack: no stream, never popped.
 _NO_BLOCK: tuple[Any, int, Any] = (None, 0, None)
+#: The bottom entry of every thread's ``switched`` stack (as :data:`_NO_BLOCK`).
+_NO_SWITCH: tuple[Any, str, int, Any] = (None, "", -1, None)
 
 
 class _ThreadState(threading.local):
@@ -468,7 +470,7 @@ class _ThreadState(threading.local):
         self.entered: list[tuple[Any, int, Any]] = [_NO_BLOCK]
         # the open ``device_index`` (and device module ``device``) blocks, innermost last:
         # (context manager, backend name, previous index or -1 for "changed nothing", backend)
-        self.switched: list[tuple[Any, str, int, Any]] = []
+        self.switched: list[tuple[Any, str, int, Any]] = [_NO_SWITCH]   # (never empties)
         # (device, stream, inited), (device, stream, entered) and (device, switched) in one
         # thread-local lookup for the hot paths; never rebind the containers above (mutate
         # them), or these aliases go stale

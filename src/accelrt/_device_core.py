@@ -188,9 +188,10 @@ class _SwitchCore:
         self.prev_idx = prev
         d[bname] = idx
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object = None, exc: object = None, tb: object = None) -> None:
+        # (three parameters, not ``*exc``: mypyc's fast argument path, as ``Stream.__exit__``)
         d, switched = _tls.switch
-        if switched and switched[-1][0] is self:
+        if switched[-1][0] is self:   # (the bottom entry is no block: never empty)
             _, name, prev, b = switched.pop()
         else:     # left out of order, or not entered in this thread
             for i in range(len(switched) - 2, -1, -1):
