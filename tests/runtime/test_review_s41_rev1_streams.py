@@ -128,3 +128,42 @@ def test_fork_child_keeps_its_own_blocks_and_not_other_threads() -> None:
     r = subprocess.run([sys.executable, "-W", "ignore", "-c", _FORK_CHILD], capture_output=True,
                        text=True, timeout=120, env=dict(os.environ))
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+# ---------------------------------------------------------------------- device blocks (same changes)
+
+@pytest.mark.parametrize("make", [lambda: acc.device_index(0), lambda: acc.cpu.device(0)],
+                         ids=["device_index", "cpu.device"])
+def test_device_blocks_exit_with_up_to_three_arguments_and_refuse_four(make: object) -> None:
+    for args in [(), (None,), (None, None, None)]:
+        cm = make()   # type: ignore[operator]
+        cm.__enter__()
+        assert cm.__exit__(*args) is None
+    cm = make()   # type: ignore[operator]
+    cm.__enter__()
+    with pytest.raises(TypeError):
+        cm.__exit__(None, None, None, None)
+    cm.__exit__(None, None, None)   # the refused call left the block open: this one closes it
+    assert acc.cpu.current_device() == 0
+
+
+def test_device_blocks_left_out_of_order_restore_as_before() -> None:
+    acc.set_current_accelerator("cpu")
+    a, b = acc.device_index(0), acc.device_index(0)
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)   # out of order: b's entry stays
+    b.__exit__(None, None, None)
+    assert acc.current_device_index() == 0
+    errors: list[BaseException] = []
+
+    def other() -> None:   # a thread with no open block: device modules refuse the exit
+        try:
+            acc.cpu.device(0).__exit__(None, None, None)
+        except RuntimeError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert errors and "without a matching" in str(errors[0])
