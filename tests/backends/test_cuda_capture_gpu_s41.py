@@ -19,11 +19,9 @@ from typing import Any
 import pytest
 
 import accelrt as acc
-from accelrt import _backend as registry
 from accelrt._errors import DeviceError
 
-CUDA_REASON = registry.unavailable_reason("cuda")
-gpu = pytest.mark.skipif(CUDA_REASON is not None, reason=f"needs a CUDA GPU: {CUDA_REASON}")
+from helpers.cuda_gpu import gpu
 TIMEOUT = 60.0
 
 

@@ -19,19 +19,10 @@ from typing import Any
 import pytest
 
 import accelrt as acc
-from accelrt import _backend as registry
 
-CUDA_REASON = registry.unavailable_reason("cuda")
+from helpers.cuda_gpu import two_gpus
 
-
-def _two_gpus() -> str | None:
-    if CUDA_REASON is not None:
-        return f"needs two CUDA GPUs: {CUDA_REASON}"
-    n = acc.cuda.device_count()
-    return None if n >= 2 else f"needs two CUDA GPUs, {n} visible"
-
-
-pytestmark = pytest.mark.skipif(_two_gpus() is not None, reason=str(_two_gpus()))
+pytestmark = two_gpus
 
 
 def runtime_device() -> int:

@@ -15,18 +15,7 @@ import pytest
 import accelrt as acc
 from accelrt import _backend as registry
 
-CUDA_REASON = registry.unavailable_reason("cuda")
-gpu = pytest.mark.skipif(CUDA_REASON is not None, reason=f"needs a CUDA GPU: {CUDA_REASON}")
-
-
-def _two_gpus() -> str | None:
-    if CUDA_REASON is not None:
-        return f"needs two CUDA GPUs: {CUDA_REASON}"
-    n = acc.cuda.device_count()
-    return None if n >= 2 else f"needs two CUDA GPUs, {n} visible"
-
-
-two_gpus = pytest.mark.skipif(_two_gpus() is not None, reason=str(_two_gpus()))
+from helpers.cuda_gpu import gpu, two_gpus
 
 
 @pytest.fixture
