@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from .. import _graph, _stream
 from .. import _device as _dev
 from .. import _sync_debug as _sd
-from .._backend import _follows_any
 from .._device import _lazy_init, _tls
 from .._errors import AcceleratorTypeError, BackendUnavailableError, type_shown
 from ._args import current_if_negative, index_of, typed
@@ -265,11 +264,7 @@ class DeviceModule(MemoryFunctions, RandomFunctions, Generic[_S, _E]):
         if d is None or (isinstance(d, _dev.device) and d.index is None):
             raise ValueError(f"Expected a device with a specified index or an integer, but "
                              f"got: {device}")
-        index = index_of(b, d)
-        if _follows_any[0] and b.follows_current_device:   # cuda: its context follows
-            _dev._set_index(b, index)
-        else:
-            _tls.device[b.name] = index
+        _dev._set_index(b, index_of(b, d))   # (cuda: its context follows)
 
     def set_device_index(self, device: DeviceLike, /) -> None:
         """Same as :meth:`set_device` (``torch.accelerator``'s name).
