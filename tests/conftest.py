@@ -21,6 +21,7 @@ settings.register_profile("dev", deadline=None, suppress_health_check=[HealthChe
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
 from helpers import registry  # noqa: E402
+from helpers.ids import ADDRESS, UNSTABLE  # noqa: E402
 from helpers.params import backend_params  # noqa: E402
 
 from accelrt import _device  # noqa: E402
@@ -52,6 +53,26 @@ def pytest_make_collect_report(
             "helpers.registry.module_backends({name: factory}) (a module-scoped fixture), "
             "not at import")
     return report
+
+
+#: the most pytest-xdist workers ``-n auto`` starts: each worker collects the whole suite
+#: (~10,000 tests) before it runs one, and the multi-rank tests start processes of their own
+_MOST_WORKERS = 6
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto`` (the README's test command): one worker per CPU this process may run on,
+    at most :data:`_MOST_WORKERS`."""
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                      else os.cpu_count() or 1, _MOST_WORKERS))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep the collected test ids that hold a memory address (``ids=repr`` of an
+    ``object()``): pytest-xdist's workers would collect different ids and refuse to run.
+    tests/package/test_test_ids.py fails on them; ``helpers.ids.shown`` is the fix."""
+    config.stash[UNSTABLE] = [item.nodeid for item in items if ADDRESS.search(item.nodeid)]
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from helpers.hostile import Index, IndexRaises
+from helpers.ids import shown
 
 import accelrt.distributed as dist
 
@@ -213,7 +214,7 @@ def test_add_amount_whose_index_raises_is_a_type_error(store: dist.Store,
     assert store.add("n", Index()) == 1        # pins: an object with __index__ is an int
 
 
-@pytest.mark.parametrize("block", ["x", b"", [1], object()], ids=repr)
+@pytest.mark.parametrize("block", ["x", b"", [1], object()], ids=shown)
 def test_queue_pop_block_takes_what_torchs_binding_takes(store: dist.Store, block: Any) -> None:
     # torch 2.15: queue_pop("q", "x") raises TypeError "queue_pop(): incompatible function
     # arguments" (FileStore too, before its "not implemented"); None is False, a number its

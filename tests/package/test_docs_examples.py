@@ -227,4 +227,4 @@ def test_markings_are_checked(tmp_path: Path) -> None:
 def test_readme_quick_start_has_the_two_commands() -> None:
     text = README.read_text(encoding="utf-8")
     assert 'pip install . && accelrt info' in text
-    assert 'pip install ".[test]" && python -m pytest' in text
+    assert 'pip install ".[test]" && python -m pytest -n auto --dist loadfile' in text

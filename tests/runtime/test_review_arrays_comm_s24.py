@@ -19,6 +19,7 @@ from collections import UserList
 
 import numpy as np
 import pytest
+from helpers.ids import shown
 from helpers.registry import DeviceLater, module_backends, resolve
 from helpers.staging import RecordingNoHostCpu
 
@@ -362,7 +363,7 @@ def test_fill_nan_into_floating_and_complex_arrays() -> None:
 
 
 @pytest.mark.parametrize("value", [None, "1", [1.0], np.array([1.0]), b"1", object()],
-                         ids=repr)
+                         ids=shown)
 def test_fill_with_a_non_number_is_a_type_error(value: object) -> None:
     a = acc.zeros(2, device=D0)
     with pytest.raises(TypeError, match="fill value"):
@@ -445,7 +446,7 @@ def test_copy_between_overlapping_borrowed_views_is_a_memmove(non_blocking: bool
 @pytest.mark.parametrize("src, match", [("abc", "numeric"), (None, "numeric"),
                                         ([[1, 2], [3]], "numpy can convert"),
                                         (np.array([[None] * 3] * 2), "numeric"),
-                                        (object(), "numeric")], ids=repr)
+                                        (object(), "numeric")], ids=shown)
 def test_copy_from_non_numeric_data_is_a_type_error(src: object, match: str) -> None:
     a = acc.zeros((2, 3), device=D0)
     with pytest.raises(TypeError, match=match):

@@ -11,6 +11,7 @@ import pickle
 
 import numpy as np
 import pytest
+from helpers.ids import shown
 from helpers.registry import module_backends
 
 import accelrt.distributed as dist
@@ -94,7 +95,7 @@ def test_device_type_keyword_is_torchs_type_and_index_form() -> None:
 BAD = [None, 1.5, object(), b"x", [1]]
 
 
-@pytest.mark.parametrize("bad", BAD, ids=repr)
+@pytest.mark.parametrize("bad", BAD, ids=shown)
 def test_reductions_refuse_a_non_array_by_name(bad: object) -> None:
     # torch 2.15: reduce_tensor(None) and _reduce_event(None) raise AttributeError ("'NoneType'
     # object has no attribute 'requires_grad'" / "'ipc_handle'"); accelrt's raised a raw
@@ -109,7 +110,7 @@ def test_reductions_refuse_a_non_array_by_name(bad: object) -> None:
     assert isinstance(e.value, AttributeError)
 
 
-@pytest.mark.parametrize("bad", BAD, ids=repr)
+@pytest.mark.parametrize("bad", BAD, ids=shown)
 def test_engine_names_must_be_str(bad: object) -> None:
     # torch 2.15: Backend.register_backend(None, f) raises AttributeError ("'NoneType' object
     # has no attribute 'lower'"; bytes: TypeError); accelrt raised the same raw errors from
@@ -124,7 +125,7 @@ def test_engine_names_must_be_str(bad: object) -> None:
         assert isinstance(e.value, AttributeError)
 
 
-@pytest.mark.parametrize("bad", [1.5, object(), b"x", [1], 5], ids=repr)
+@pytest.mark.parametrize("bad", [1.5, object(), b"x", [1], 5], ids=shown)
 def test_interop_backend_argument_is_checked(bad: object) -> None:
     # accelrt's wait_for_stream(backend=1.5) raised AttributeError "'float' object has no
     # attribute 'name'" (no torch counterpart: accelrt's own argument)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.ids import shown
 from helpers.registry import module_backends
 
 import accelrt as acc
@@ -227,7 +228,7 @@ def test_asarray_refuses_complex_numbers_into_a_real_dtype(data: list[Any], dtyp
 @pytest.mark.parametrize("data, name", [(None, "NoneType"), ([1, None], "NoneType"),
                                         ({1, 2}, "set"), ({1: 2}, "dict"),
                                         ((i for i in range(2)), "generator"),
-                                        (object(), "object")], ids=repr)
+                                        (object(), "object")], ids=shown)
 def test_asarray_of_what_has_no_dtype_is_pytorchs_runtime_error(data: object, name: str) -> None:
     _raises((AcceleratorTypeError, TypeError, RuntimeError),
             f"Could not infer dtype of {name}: asarray\\(\\) takes numeric data",
