@@ -879,13 +879,22 @@ def _setattr_spec(qual: str, factory: Callable[[], Any], attr: str,
 
 # ---------------------------------------------------------------------- running
 
+#: the cpu devices' default streams, device 1's first (read once: :func:`reset` runs after
+#: every case)
+_DEFAULT_STREAMS: list[Any] = []
+
+
 def reset() -> None:
+    """Put back what a case may have changed: its graphs' captures ended, the cpu backend the
+    current accelerator, each device's default stream current, device 0 current."""
     import accelrt as acc
     _end_graphs()
     if acc.current_accelerator() != acc.device("cpu"):
         acc.set_current_accelerator("cpu")
-    for i in (1, 0):
-        acc.set_stream(acc.cpu.default_stream(i))
+    if not _DEFAULT_STREAMS:
+        _DEFAULT_STREAMS.extend(acc.cpu.default_stream(i) for i in (1, 0))
+    for s in _DEFAULT_STREAMS:
+        acc.set_stream(s)
     acc.set_device_index(0)
 
 
