@@ -200,22 +200,6 @@ def _probe_target(target: Callable[[], Any]) -> Any:
         _after_backend()
 
 
-_SIGNATURES: dict[tuple[Any, bool], inspect.Signature] = {}
-
-
-def _cached_signature(fn: Callable[..., Any]) -> inspect.Signature:
-    """:func:`inspect.signature`, kept per function (a fresh bound method each case)."""
-    func = getattr(fn, "__func__", None)
-    key = (fn, False) if func is None else (func, True)
-    sig = _SIGNATURES.get(key)
-    if sig is None:
-        try:
-            sig = _SIGNATURES[key] = inspect.signature(fn)
-        except (TypeError, ValueError):
-            return inspect.signature(fn)
-    return sig
-
-
 # ---------------------------------------------------------------------- accelrt.backends
 
 #: the backend instance of the current case (made by the spec's target, used by its
@@ -1204,11 +1188,15 @@ def main(argv: list[str]) -> int:
     import accelrt.cpu
     import accelrt.distributed
     import accelrt.memory._allocator  # noqa: F401
+    # (and the standard library's modules it imports, so that no child imports them again:
+    # the entry points' metadata, resource limits, an error's close matches)
+    import difflib  # noqa: F401
+    import importlib.metadata  # noqa: F401
+    import resource  # noqa: F401
     for var, values in ENV_CASES:
         for i, v in enumerate(values):
             results[f"env {var}[{i}:{v!r}]"] = _env_case(var, v)
     bp._elements()
-    bp._signature = _cached_signature
     from accelrt import _backend_registry as reg
     reg.registered()
     _REGISTRY0[0].update(reg._factories)
@@ -1235,6 +1223,7 @@ def main(argv: list[str]) -> int:
     if ocl is not None:
         groups.insert(3, ("opencl raw", _raw_specs("OpenCLBackend", _new_opencl, type(ocl)),
                           _after_backend))
+    bp.freeze_setup()
     counts: dict[str, int] = {}
     seconds: dict[str, float] = {"env": round(time.perf_counter() - t0, 2)}
     for label, specs, after in groups:

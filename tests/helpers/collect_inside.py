@@ -91,16 +91,27 @@ def run_scenarios(scenarios: str, mod: str, name: str) -> str:
     return proc.stdout
 
 
+#: the chain's length and the child's stack: a release that recursed once per container
+#: would need at least 100,000 frames of C, over 1 MiB (a 30,000-deep ``repr`` of nested
+#: lists already overflows a 1 MiB stack), so it crashes the child, as a million did on the
+#: usual 8 MiB stack
+CHAIN = 100_000
+CHAIN_STACK = 1 << 20
+
+
 def assert_chain_released(mod: str, name: str, link: str) -> None:
-    """A million containers of the type ``name`` of module ``mod``, each holding the next, are
-    released in a subprocess without overflowing the stack (the C type's release recursed once
-    per container; the trashcan defers it, as a dict's or a list's release does). ``link`` is
-    one line that makes ``y``, a container of ``impl`` that holds ``x``."""
+    """A chain of :data:`CHAIN` containers of the type ``name`` of module ``mod``, each
+    holding the next, is released in a subprocess whose stack is :data:`CHAIN_STACK`
+    without overflowing it (the C type's release recursed once per container; the trashcan
+    defers it, as a dict's or a list's release does). ``link`` is one line that makes ``y``,
+    a container of ``impl`` that holds ``x``."""
     code = textwrap.dedent(f"""
-        import importlib
+        import importlib, resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_STACK)
+        resource.setrlimit(resource.RLIMIT_STACK, ({CHAIN_STACK}, hard))
         impl = getattr(importlib.import_module({mod!r}), {name!r})
         x = None
-        for _ in range(1_000_000):
+        for _ in range({CHAIN}):
             {link}
             x = y
         del x, y

@@ -202,7 +202,10 @@ def test_replay_shows_settings_and_human_sizes(capsys: pytest.CaptureFixture[str
 
 
 def test_a_workload_too_big_for_the_simulated_device() -> None:
-    result = _tune.tune_ops([(True, 1, 81 << 30, 0), (False, 1, 0, 0)])
+    # a device of 1 GiB, not the default 80 GiB: the expandable settings map the request page
+    # by page (2 MiB) until the device is full, 40,000 maps and unmaps a setting on 80 GiB
+    result = _tune.tune_ops([(True, 1, (1 << 30) + 1, 0), (False, 1, 0, 0)],
+                            device_memory=1 << 30)
     assert all(r["oom"] for r in result["results"])
     text = _tune.format_tune(result, "big", 0)
     assert "out of memory" in text and "nothing to recommend" in text
