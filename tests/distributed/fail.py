@@ -103,6 +103,9 @@ elif MODE == "monitored_late":
 elif MODE == "monitored_unreleased":
     if R == 0:
         stuck()
+    # rank 1 waits its timeout and this grace for rank 0's release (5 s by default)
+    from accelrt.distributed import _collectives
+    _collectives.MONITORED_RELEASE_GRACE = 0.5
     dist.monitored_barrier(timeout=TIMEOUT)
 elif MODE == "two_ranks_one_gpu":
     # the GPU machine: both ranks ask for cuda:0 under NCCL
