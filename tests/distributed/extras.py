@@ -57,7 +57,7 @@ if MODE == "barrier_timeout":
         threading.Event().wait(60)   # never arrives (the launcher kills it at the abort)
         os._exit(7)
     try:
-        dist.barrier(timeout=datetime.timedelta(seconds=1.5))
+        dist.barrier(timeout=datetime.timedelta(seconds=0.5))
     except dist.DistTimeoutError as e:
         print(f"CAUGHT {R} {type(e).__name__}: {e}", flush=True)
         try:

@@ -33,15 +33,17 @@ if MODE == "init_stuck":
     dist.init_process_group("cpu:mpi", timeout=TIMEOUT)
     raise SystemExit("rank 0 passed init without rank 1")
 
-# the short TIMEOUT bounds init too: start it together, so that a loaded machine's start-up
-# skew between the ranks (imports taking seconds) is not mistaken for a stuck peer
+# init and the first collective wait up to 30 s, so that a loaded machine's start-up skew
+# between the ranks (imports taking seconds) is not mistaken for a stuck peer; the modes'
+# own calls then have the short TIMEOUT (the world's, from set_timeout)
 from mpi4py import MPI  # noqa: E402
 
 MPI.COMM_WORLD.Barrier()
-dist.init_process_group("cpu:mpi", timeout=TIMEOUT)
+dist.init_process_group("cpu:mpi", timeout=max(TIMEOUT, 30.0))
 R, N = dist.get_rank(), dist.get_world_size()
 a = acc.full((4,), 1.0, device="cpu")
 dist.all_reduce(a)   # sequence number 1: everyone is here
+dist.set_timeout(TIMEOUT)
 
 if MODE == "ok":
     print(f"OK {R} {a.tolist()}", flush=True)
@@ -103,6 +105,9 @@ elif MODE == "monitored_late":
 elif MODE == "monitored_unreleased":
     if R == 0:
         stuck()
+    # rank 1 waits its timeout and this grace for rank 0's release (5 s by default)
+    from accelrt.distributed import _collectives
+    _collectives.MONITORED_RELEASE_GRACE = 0.5
     dist.monitored_barrier(timeout=TIMEOUT)
 elif MODE == "two_ranks_one_gpu":
     # the GPU machine: both ranks ask for cuda:0 under NCCL

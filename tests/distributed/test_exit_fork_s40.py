@@ -43,8 +43,16 @@ pytestmark = [
 # waits on it reaches its blocking MPI call (MPI_Wait, or MPI_Waitany after a Test that found
 # the send not done), and an exit hook registered before accelrt.distributed is imported (so
 # it runs after accelrt's) joins the waiting threads, so that what they print is not lost.
+# The scenarios run as plain scripts (`python -c`, or mpiexec without the runner): the runner
+# (-m accelrt.distributed.run) imports accelrt.distributed first, so that the join ran before
+# accelrt's exit hook woke the threads and waited out its own 20 s (session 42: the two-rank
+# scenario took 21 s); the assert makes that mistake fail at once.
+# The sends are 1 MiB: enough not to be sent eagerly (MPICH with UCX sends 256 KiB by
+# rendezvous already), which the scenarios check (a send that completed at once would never
+# set `inside`).
 _EXIT_PRELUDE = r'''
-import atexit, threading
+import atexit, sys, threading
+assert "accelrt.distributed" not in sys.modules, "the join hook must run after accelrt's"
 threads = []
 atexit.register(lambda: [t.join(20) for t in threads])
 import numpy as np
@@ -53,6 +61,11 @@ import accelrt.distributed as dist
 from accelrt.distributed import _mpi
 
 inside = threading.Event()
+
+
+def say(line):   # one write: mpiexec merges the ranks' output (PYTHONUNBUFFERED: print's
+    sys.stdout.write(line + "\n")   # pieces are writes of their own)
+    sys.stdout.flush()
 
 
 class Gate(MPI.Request):
@@ -73,9 +86,9 @@ def wait_in_a_daemon_thread(w, name):
     def run():
         try:
             w.wait()
-            print(f"{name}: returned", flush=True)
+            say(f"{name}: returned")
         except Exception as exc:
-            print(f"{name}: {type(exc).__name__}: {exc}", flush=True)
+            say(f"{name}: {type(exc).__name__}: {exc}")
 
     threads.append(threading.Thread(target=run, daemon=True))
     threads[-1].start()
@@ -91,12 +104,12 @@ def _python(script: str, timeout: float = 120) -> subprocess.CompletedProcess[st
         pytest.fail(f"the scenario hung:\n{exc.stdout!r:.2000}\n{exc.stderr!r:.2000}")
 
 
-def _launch(tmp_path: Path, script: str) -> tuple[int, str]:
+def _launch(tmp_path: Path, script: str, runner: bool = True) -> tuple[int, str]:
     from rank_cases import write_script
     from test_distributed import MPIEXEC, launch
     if MPIEXEC is None:
         pytest.skip("needs mpiexec (pip install 'accelrt[mpi]')")
-    rc, out, _ = launch(2, str(write_script(tmp_path, script)), timeout=120)
+    rc, out, _ = launch(2, str(write_script(tmp_path, script)), runner=runner, timeout=120)
     return rc, out
 
 
@@ -105,7 +118,7 @@ def test_exit_while_a_daemon_thread_waits_on_a_send_nobody_receives() -> None:
     proc = _python(_EXIT_PRELUDE + r'''
 dist.init_process_group("cpu:mpi", timeout=60)
 _mpi.EXIT_GRACE = 0.5
-w = dist.isend(np.ones(16 << 20, np.float32), 0, tag=98)   # 64 MiB to itself, never received
+w = dist.isend(np.ones(1 << 18, np.float32), 0, tag=98)   # 1 MiB to itself, never received
 wait_in_a_daemon_thread(w, "waiter")
 print("exiting", flush=True)
 ''')
@@ -125,7 +138,7 @@ def test_a_send_received_within_the_grace_completes_and_an_unwaited_isend_arrive
 dist.init_process_group("cpu:mpi", timeout=60)
 r = dist.get_rank()
 note = MPI.COMM_WORLD.Dup()
-N = 16 << 20
+N = 1 << 18
 if r == 0:
     dist.isend(np.arange(N, dtype=np.float32), 1, tag=1)      # fire and forget
     w = dist.isend(np.full(N, 2.0, np.float32), 1, tag=2)
@@ -144,10 +157,10 @@ else:
     a, b = np.zeros(N, np.float32), np.zeros(N, np.float32)
     dist.recv(b, 0, tag=2)
     dist.recv(a, 0, tag=1)
-    print("rank 1 received", bool((b == 2).all()),
-          bool((a == np.arange(N, dtype=np.float32)).all()), flush=True)
+    say(f"rank 1 received {bool((b == 2).all())} "
+        f"{bool((a == np.arange(N, dtype=np.float32)).all())}")
 print(f"rank {r} exiting", flush=True)
-''')
+''', runner=False)
     assert rc == 0, out[-3000:]
     assert "rank 0 waiter: returned" in out and "rank 1 received True True" in out, out[-3000:]
 

@@ -574,8 +574,9 @@ def test_producer_exit_fails_waits_instead_of_hanging() -> None:
 
 
 def test_consumer_of_many_short_lived_producers_keeps_no_descriptor() -> None:
-    # 80 producers, each exiting after the consumer received its arrays, under a limit of 64
-    # open files: the consumer's descriptor and mappings of a producer go with its last array
+    # 24 producers, each exiting after the consumer received its arrays, under a limit of open
+    # files 16 above the consumer's start: the consumer's descriptor and mappings of a producer
+    # go with its last array (one descriptor kept per producer runs out)
     out = _run("many_producers")
     assert "ok" in out.splitlines()
 

@@ -22,7 +22,8 @@ The code is re-written short from (credited at each scenario):
   ``initial_seed()`` in ``worker_init_fn``).
 
 Scenarios with other processes run in one subprocess per batch with a hard timeout; children
-run this module's ``_c_*`` functions (importable: ``spawn`` and ``forkserver`` work). Waits
+run the ``_c_*`` functions of ``real_code_mp_children_s38.py`` (importable, so ``spawn`` and
+``forkserver`` work, and without pytest, which the children need not import). Waits
 have timeouts; ordering uses events, queues and pipes, never sleeps.
 """
 
@@ -44,6 +45,9 @@ import pytest
 
 import accelrt as acc
 import accelrt.multiprocessing as mp
+from real_code_mp_children_s38 import (  # the children's functions (no pytest to import)
+    _c_compute_batch, _c_consumer, _c_double, _c_fail, _c_hogwild_train, _c_loader_worker,
+    _c_raise_or_wait, _c_tp_rank, _c_verl_receiver, _c_wait_then_put, _deserialize, _serialize)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS = os.path.dirname(HERE)
@@ -109,17 +113,6 @@ def test_real_code_scenario(batch: str, name: str) -> None:
 # shared parameters. The "model" is two shared arrays; a step reads, updates and writes them
 # back under a lock (so the result is exact; Hogwild proper races on purpose).
 
-def _c_hogwild_train(rank: int, seed: int, params: list[acc.Array], lock: Any, steps: int,
-                     seeds: Any) -> None:
-    acc.manual_seed(seed + rank)
-    seeds.put((rank, acc.initial_seed()))
-    for _ in range(steps):
-        with lock:
-            for p in params:
-                p.copy_(p.numpy() - 0.5)      # p -= lr * grad, grad = 1, lr = 0.5
-        acc.synchronize("cpu")
-
-
 def _s_hogwild(method: str) -> None:
     mp.set_start_method(method, force=True)
     acc.manual_seed(1)
@@ -145,20 +138,6 @@ def _s_hogwild(method: str) -> None:
 # (and itself) alive as long as the consumer uses them; the consumer releases its copy
 # ("del x") and the producer's ``torch.cuda.ipc_collect()`` frees it. With async streams the
 # producer's queued fill is ordered before the consumer's read by the readiness event.
-
-def _c_consumer(q: Any, results: Any, done: Any) -> None:
-    total = 0.0
-    while True:
-        x = q.get(timeout=T)
-        if x is None:
-            break
-        total += float(x.numpy().sum())
-        x.fill_(-1.0)                     # the producer sees the consumer's write
-        del x
-    acc.synchronize("cpu")
-    results.put(total)
-    done.wait(T)                          # the producer decides when we may go
-
 
 def _s_best_practices(method: str) -> None:
     ctx = mp.get_context(method)
@@ -189,21 +168,6 @@ def _s_best_practices(method: str) -> None:
 # do with torch/multiprocessing/spawn.py: ``ctx = mp.spawn(fn, nprocs=n, join=False)``, then
 # ``while not ctx.join(timeout): ...`` (Lightning polls), ``ctx.pids()``, and the fields of the
 # exceptions.
-
-def _c_wait_then_put(i: int, go: Any, out: Any, shared: acc.Array) -> None:
-    assert go.wait(T)
-    out.put((i, float(shared.numpy()[i])))
-
-
-def _c_fail(i: int, how: str) -> None:
-    if i != 1:
-        return
-    if how == "raise":
-        raise ValueError(f"bad rank {i}")
-    if how == "exit":
-        sys.exit(3)
-    os.kill(os.getpid(), signal.SIGKILL)
-
 
 def _s_spawn_join_loop() -> None:
     ctx = mp.get_context("spawn")
@@ -238,12 +202,6 @@ def _s_spawn_failures() -> None:
             assert pickle.loads(pickle.dumps(e)).exit_code == code
         else:
             raise AssertionError(f"no ProcessExitedException for {how}")
-
-
-def _c_double(i: int, arrays: list[acc.Array], done: Any) -> None:
-    arrays[i].copy_(arrays[i].numpy() * 2)
-    acc.synchronize("cpu")
-    done.put(i)
 
 
 def _s_start_processes(method: str) -> None:
@@ -298,27 +256,6 @@ def test_sharing_strategies_and_context() -> None:
 # ``func, args = handle; buffer = func(*args)``. Each bucket: the sender copies the weights
 # into the buffer at offsets, synchronizes and sends the metadata; the receiver reads views
 # of the buffer, then acknowledges; both ``ipc_collect()`` at the end.
-
-def _c_verl_receiver(conn: Any) -> None:
-    func, args = pickle.loads(conn.recv_bytes())
-    buffer = func(*args)
-    assert buffer.dtype == np.uint8
-    conn.send(b"")
-    got = {}
-    while True:
-        meta = conn.recv()
-        raw = buffer.numpy()
-        for name, (shape, dtype, offset) in meta["bucket_meta"].items():
-            size = np.dtype(dtype).itemsize * int(np.prod(shape))
-            got[name] = raw[offset:offset + size].view(dtype).reshape(shape).copy()
-        acc.synchronize("cpu")
-        conn.send(b"")
-        if meta["is_last"]:
-            break
-    del buffer
-    acc.cpu.ipc_collect()
-    conn.send({k: v.tolist() for k, v in got.items()})
-
 
 def _s_verl_bucket(method: str) -> None:
     from accelrt.multiprocessing.reductions import reduce_tensor
@@ -428,19 +365,6 @@ def test_pin_memory_thread() -> None:
 # user's worker_init_fn seeds numpy from ``torch.initial_seed()``; workers see the shared
 # arrays the main process sends them.
 
-def _c_loader_worker(worker_id: int, base_seed: int, index_q: Any, data_q: Any,
-                     table: acc.Array) -> None:
-    seed = base_seed + worker_id
-    acc.manual_seed(seed)
-    np.random.seed(acc.initial_seed() % 2**32)        # a typical worker_init_fn
-    rows = table.numpy()
-    while True:
-        idx = index_q.get(timeout=T)
-        if idx is None:
-            break
-        data_q.put((worker_id, idx, acc.initial_seed(), float(rows[idx].sum())))
-
-
 def _s_worker_seeding(method: str) -> None:
     ctx = mp.get_context(method)
     table = acc.asarray(np.arange(12, dtype=np.float32).reshape(4, 3), device="cpu", copy=True)
@@ -472,14 +396,6 @@ def _s_worker_seeding(method: str) -> None:
 # shards are allocated in the pool's workers and outlive them: the ``with`` block terminates
 # the workers before the parent reads them.
 
-def _c_compute_batch(args: tuple[Any, ...]) -> tuple[acc.Array, tuple[int, int]]:
-    q, k, metric, (i, j) = args
-    assert metric == "dot"
-    shard = acc.asarray(q.numpy() @ k.numpy().T, device="cpu", copy=True)
-    acc.synchronize("cpu")
-    return shard, (i, j)
-
-
 def _s_pool_imap(method: str) -> None:
     ctx = mp.get_context(method)
     rng = np.random.default_rng(0)
@@ -503,12 +419,6 @@ def _s_pool_imap(method: str) -> None:
 # torch/multiprocessing/spawn.py logs the processes it terminates after a failure (logger
 # ``torch.multiprocessing.spawn``; launchers' log configurations show it) and, with
 # ``TORCH_MP_PARALLEL_START=1``, starts ``forkserver`` processes from a thread pool.
-
-def _c_raise_or_wait(i: int, go: Any) -> None:
-    if i == 1:
-        raise RuntimeError("rank 1 failed")
-    go.wait(T)
-
 
 def _s_spawn_logs_termination() -> None:
     import logging
@@ -589,42 +499,6 @@ def test_thread_name_as_torch() -> None:
 # SGLang rollout serializes the named weights once per tensor-parallel rank
 # (``[MultiprocessingSerializer.serialize(named_tensors, output_str=True) for _ in
 # range(tp_size)]``) and each rank deserializes its own entry.
-
-class _SafeUnpickler(pickle.Unpickler):
-    ALLOWED = ("accelrt.", "numpy", "builtins", "collections", "copyreg", "_codecs")
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module.startswith(self.ALLOWED):
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"blocked {module}.{name}")
-
-
-def _serialize(obj: Any, output_str: bool = False) -> Any:
-    import base64
-    import io
-    from multiprocessing.reduction import ForkingPickler
-    buf = io.BytesIO()
-    ForkingPickler(buf).dump(obj)
-    data = buf.getvalue()
-    return base64.b64encode(data).decode("utf-8") if output_str else data
-
-
-def _deserialize(data: Any) -> Any:
-    import base64
-    import io
-    if isinstance(data, str):
-        data = base64.b64decode(data, validate=True)
-    return _SafeUnpickler(io.BytesIO(data)).load()
-
-
-def _c_tp_rank(rank: int, payloads: Any, sums: Any, held: Any, done: Any) -> None:
-    named = _deserialize(payloads.get(timeout=T))
-    got = {name: float(a.numpy().sum()) for name, a in named}
-    held.put(rank)
-    assert done.wait(T)
-    del named
-    sums.put((rank, got))
-
 
 def _s_sglang_serializer(method: str) -> None:
     ctx = mp.get_context(method)

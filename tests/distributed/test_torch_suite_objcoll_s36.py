@@ -121,6 +121,8 @@ def test_object_collectives_pickling_errors(world: None) -> None:
 _RANKS = r'''
 import datetime, os, pickle, sys, time, traceback, warnings
 import accelrt.distributed as dist
+from accelrt.distributed import _collectives
+_collectives.MONITORED_RELEASE_GRACE = 0.5   # rank 1's wait past its timeout (default 5 s)
 
 dist.init_process_group("gloo", timeout=20)
 r, n = dist.get_rank(), dist.get_world_size()

@@ -898,6 +898,11 @@ def barrier(group: GroupArg = None, async_op: bool = False,
     return Work.completed() if async_op else None
 
 
+#: seconds a rank other than 0 waits in :func:`monitored_barrier`, past its timeout, for rank 0
+#: to release it (rank 0 names the late ranks first; torch's gloo waits the timeout only)
+MONITORED_RELEASE_GRACE = 5.0
+
+
 def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
                       wait_all_ranks: bool = False) -> None:
     """A barrier that names the ranks that did not arrive within ``timeout`` (rank 0 raises
@@ -960,12 +965,13 @@ def monitored_barrier(group: GroupArg = None, timeout: TimeoutArg = None,
     req = comm.Irecv(token, 0, tag + 1)
     # torch's gloo words (user code matches "successfully reached monitoredBarrier"), then
     # what happened here
+    grace = MONITORED_RELEASE_GRACE
     try:
-        wait_until(req.Test, limit + 5.0, lambda: DistTimeoutError(
+        wait_until(req.Test, limit + grace, lambda: DistTimeoutError(
         f"Rank {g.global_rank} successfully reached monitoredBarrier, but received errors "
         "while waiting for send/recv from rank 0. Please check rank 0 logs for faulty rank.\n"
         f" Original exception: \n[Rank {g.global_rank}]: rank 0 did not release the monitored "
-        f"barrier in {ms} ms (and {ms + 5000} ms passed)",
+        f"barrier in {ms} ms (and {ms + int(grace * 1000)} ms passed)",
         rank=g.global_rank, op="monitored_barrier", seq=seq))
     except BaseException:
         _cancel([req])
