@@ -17,7 +17,8 @@ def test_no_collected_test_id_holds_a_memory_address(request: pytest.FixtureRequ
 
 def test_shown_drops_the_address_and_keeps_the_rest() -> None:
     assert shown(object()) == "<object object>"
-    assert shown((i for i in ())) == ("<generator object test_shown_drops_the_address_and_"
-                                      "keeps_the_rest.<locals>.<genexpr>>")
+    generator = (i for i in ())
+    assert shown(generator) == ("<generator object test_shown_drops_the_address_and_keeps_"
+                                "the_rest.<locals>.<genexpr>>")
     assert shown([1, "a", b"x"]) == "[1, 'a', b'x']"
     assert shown(0x7F0000001000) == str(0x7F0000001000)
