@@ -446,14 +446,12 @@ def _forget_streams(ref: weakref.ref[_Streams]) -> None:
     _all_streams.pop(ref, None)
 
 
-#: The bottom entry of every thread's ``entered`` stack: no stream, never popped. While it is
-#: the top (no block open), the thread's rows of current streams hold no stream, unless the
-#: thread pinned one there (:data:`_PINNED`): the current-stream readers then skip them.
-#: (Typed ``Any``: the compiled readers compare it by identity, as one object.)
+#: The bottom entry of every thread's ``entered`` stack, never popped: while it is the top (no
+#: block open), the readers skip the thread's rows of current streams, which hold no stream.
+#: :data:`_PINNED` replaces it once a stream is current with no block open (set_stream, or
+#: blocks left out of order). (``Any``: compiled readers compare them by identity; unequal, so
+#: never one constant.)
 _NO_BLOCK: Any = (None, 0, None, None)
-#: The bottom entry, once the thread made a stream current outside a block (set_stream, or a
-#: block left out of order that restores one): its rows may hold a stream with no block open.
-#: (Unequal to :data:`_NO_BLOCK`, so that the compiler never makes the two one constant.)
 _PINNED: Any = (None, -1, None, None)
 #: The bottom entry of every thread's ``switched`` stack (as :data:`_NO_BLOCK`).
 _NO_SWITCH: tuple[Any, str, int, Any] = (None, "", -1, None)
@@ -464,11 +462,10 @@ class _ThreadState(threading.local):
 
     def __init__(self) -> None:
         self.device: dict[str, int] = {}                 # backend name -> current index
-        # backend name -> its row: the current Stream (or None: none set) by device index.
-        # A row is made at the thread's first stream of that backend and then only grown in
-        # place, never replaced: a ``with stream:`` entry keeps its row for the exit. (A row
-        # and an index, not a dict keyed by (name, index) tuples: CPython hashes a tuple
-        # again at each lookup; a name's hash is cached.)
+        # backend name -> its row: the current Stream (or None) by device index, made at the
+        # thread's first stream of the backend, then only grown in place (a ``with stream:``
+        # entry keeps its row for the exit). Not keyed by (name, index): CPython hashes a
+        # tuple again at each lookup, a name's hash is cached.
         self.stream: dict[str, list[Any]] = {}
         self.inited: set[tuple[str, int]] = set()        # devices init_device()'d in this thread
         # the factories' default device: ``with device:`` blocks (innermost last) over
@@ -476,10 +473,9 @@ class _ThreadState(threading.local):
         self.default_stack: list[device] = []
         self.default_device: device | None = None
         # the open ``with stream:`` blocks, innermost last: (stream, previous device index,
-        # previous current stream of its device or None, the stream's row of ``stream``),
-        # above one entry of no stream at the bottom: the list never empties, so entering and
-        # leaving one block does not free and allocate its storage each time (0.8 calls of
-        # Stream enter+exit)
+        # previous current stream of its device or None, its row), above one entry of no
+        # stream at the bottom: the list never empties, so entering and leaving one block does
+        # not free and allocate its storage each time (0.8 calls of Stream enter+exit)
         self.entered: list[tuple[Any, int, Any, Any]] = [_NO_BLOCK]
         # the open ``device_index`` (and device module ``device``) blocks, innermost last:
         # (context manager, backend name, previous index or -1 for "changed nothing", backend)
