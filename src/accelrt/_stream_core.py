@@ -511,8 +511,7 @@ def _lookup(streams: dict[str, list[Any]], entered: list[Any], b: Backend, name:
     device index; ``entered`` its open blocks): the one set there, else the device's default
     stream if it was made; None if neither (a stream of an earlier instance of the backend's
     name does not count)."""
-    top: object = entered[-1]
-    if top is not _BOTTOM:   # no stream in the rows unless a block is open or one is pinned
+    if entered[-1] is not _BOTTOM:   # no stream in the rows unless a block is open or pinned
         row = streams.get(name)
         if row is not None and 0 <= index < len(row):
             s: _StreamCore | None = row[index]
