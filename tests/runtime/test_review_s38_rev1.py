@@ -7,6 +7,7 @@ tests/distributed/test_review_s38_rev1_dist.py.)
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable
 from unittest import mock
@@ -131,11 +132,17 @@ def _python_calls(fn: Callable[[], object]) -> list[str]:
             names.append(frame.f_code.co_name)
 
     fn()    # warm: the parse cache holds the string
+    # no collection inside: one would run the gc.callbacks of other libraries (hypothesis's
+    # gc_callback: seen in CI) as Python calls of fn's
+    enabled = gc.isenabled()
+    gc.disable()
     sys.setprofile(prof)
     try:
         fn()
     finally:
         sys.setprofile(None)
+        if enabled:
+            gc.enable()
     return names[1:]    # (names[0] is fn)
 
 
