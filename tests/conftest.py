@@ -208,17 +208,14 @@ def _restore_runtime_state(_leak_check: None) -> Iterator[None]:
     with _device._acc_lock:
         saved_acc = (_device._current_name, _device._current_backend)
     saved_dev = dict(_device._tls.device)
-    saved_stream = {name: list(row) for name, row in _device._tls.stream.items()}
-    saved_bottom = _device._tls.entered[0]   # (whether a stream is pinned in the rows)
+    saved_stream = dict(_device._tls.stream)
     yield
     with _device._acc_lock:
         _device._current_name, _device._current_backend = saved_acc
     _device._tls.device.clear()
     _device._tls.device.update(saved_dev)
-    for name, row in _device._tls.stream.items():   # in place: a row is never replaced
-        kept = saved_stream.get(name, [])
-        row[:] = kept + [None] * (len(row) - len(kept))
-    _device._tls.entered[0] = saved_bottom
+    _device._tls.stream.clear()
+    _device._tls.stream.update(saved_stream)
 
 
 @pytest.fixture

@@ -430,8 +430,8 @@ class _Streams:
 
     __slots__ = ("__weakref__", "entered", "stream")
 
-    def __init__(self, stream: dict[str, list[Any]],
-                 entered: list[tuple[Any, int, Any, Any]]) -> None:
+    def __init__(self, stream: dict[tuple[str, int], Any],
+                 entered: list[tuple[Any, int, Any]]) -> None:
         self.stream = stream
         self.entered = entered
 
@@ -446,13 +446,8 @@ def _forget_streams(ref: weakref.ref[_Streams]) -> None:
     _all_streams.pop(ref, None)
 
 
-#: The bottom entry of every thread's ``entered`` stack, never popped: while it is the top (no
-#: block open), the readers skip the thread's rows of current streams, which hold no stream.
-#: :data:`_PINNED` replaces it once a stream is current with no block open (set_stream, or
-#: blocks left out of order). (``Any``: compiled readers compare them by identity; unequal, so
-#: never one constant.)
-_NO_BLOCK: Any = (None, 0, None, None)
-_PINNED: Any = (None, -1, None, None)
+#: The bottom entry of every thread's ``entered`` stack: no stream, never popped.
+_NO_BLOCK: tuple[Any, int, Any] = (None, 0, None)
 #: The bottom entry of every thread's ``switched`` stack (as :data:`_NO_BLOCK`).
 _NO_SWITCH: tuple[Any, str, int, Any] = (None, "", -1, None)
 
@@ -462,28 +457,24 @@ class _ThreadState(threading.local):
 
     def __init__(self) -> None:
         self.device: dict[str, int] = {}                 # backend name -> current index
-        # backend name -> its row: the current Stream (or None) by device index, made at the
-        # thread's first stream of the backend, then only grown in place (a ``with stream:``
-        # entry keeps its row for the exit). Not keyed by (name, index): CPython hashes a
-        # tuple again at each lookup, a name's hash is cached.
-        self.stream: dict[str, list[Any]] = {}
+        self.stream: dict[tuple[str, int], Any] = {}     # (backend, index) -> current Stream
         self.inited: set[tuple[str, int]] = set()        # devices init_device()'d in this thread
         # the factories' default device: ``with device:`` blocks (innermost last) over
         # set_default_device()'s; read only once _defaults_used is set
         self.default_stack: list[device] = []
         self.default_device: device | None = None
         # the open ``with stream:`` blocks, innermost last: (stream, previous device index,
-        # previous current stream of its device or None, its row), above one entry of no
-        # stream at the bottom: the list never empties, so entering and leaving one block does
-        # not free and allocate its storage each time (0.8 calls of Stream enter+exit)
-        self.entered: list[tuple[Any, int, Any, Any]] = [_NO_BLOCK]
+        # previous current stream of its device or None), above one entry of no stream at the
+        # bottom: the list never empties, so entering and leaving one block does not free and
+        # allocate its storage each time (0.8 calls of Stream enter+exit)
+        self.entered: list[tuple[Any, int, Any]] = [_NO_BLOCK]
         # the open ``device_index`` (and device module ``device``) blocks, innermost last:
         # (context manager, backend name, previous index or -1 for "changed nothing", backend)
         self.switched: list[tuple[Any, str, int, Any]] = [_NO_SWITCH]   # (never empties)
-        # (device, stream, inited, entered), (device, stream, entered) and (device,
-        # switched) in one thread-local lookup for the hot paths; never rebind the
-        # containers above (mutate them), or these aliases go stale
-        self.hot = (self.device, self.stream, self.inited, self.entered)
+        # (device, stream, inited), (device, stream, entered) and (device, switched) in one
+        # thread-local lookup for the hot paths; never rebind the containers above (mutate
+        # them), or these aliases go stale
+        self.hot = (self.device, self.stream, self.inited)
         self.enter = (self.device, self.stream, self.entered)
         self.switch = (self.device, self.switched)
         # this thread's entry of _all_streams, alive as long as the thread's state

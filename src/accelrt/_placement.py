@@ -193,13 +193,13 @@ class Site:
         stream (initialising the device for this thread first), and that stream: the one
         allocation of every factory."""
         b, index, key = self.b, self.index, self.key
-        _, streams, inited, entered = _tls.hot   # (one thread-local lookup)
+        _, streams, inited = _tls.hot   # (one thread-local lookup)
         if key not in inited:
             _lazy_init(b, index)
         alloc = _allocators.get(key)
         if alloc is None or alloc._b is not b:
             alloc = get_allocator(b, index)
-        stream = _current_in(streams, entered, b, self.name, index)._handle   # the current one's
+        stream = _current_in(streams, b, self.name, index, key)._handle   # the current one's
         ptr = alloc.malloc(nbytes, stream) if nbytes else 0
         return _memory(ptr, nbytes, alloc), stream
 

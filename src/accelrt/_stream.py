@@ -256,11 +256,10 @@ def _user(s: Stream) -> str | None:
         st = ref()
         if st is None:
             continue
-        row = st.stream.get(key[0])
-        cur = row[key[1]] if row is not None and key[1] < len(row) else None
+        cur = st.stream.get(key)
         found = cur is not None and cur == s
         if not found and len(st.entered) > 1:   # (above the bottom entry)
-            # (stream entered, previous device, previous stream that the exit restores, row)
+            # (stream entered, previous device, previous stream that the exit restores)
             found = any(x is not None and x == s for e in list(st.entered) for x in (e[0], e[2]))
         if found:
             return "this thread" if st is _tls.streams else "another thread"

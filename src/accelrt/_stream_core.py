@@ -71,15 +71,10 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_no_close_in_child)
 
 #: ``_device._ThreadState.hot``: the thread's current device per backend name, its current
-#: streams (per backend name, a row by device index), the devices it initialised and its
-#: open ``with stream:`` blocks, read in one thread-local lookup
-_Hot = tuple[dict[str, int], dict[str, list[Any]], set[Any], list[Any]]
-#: ``_device._NO_BLOCK`` and ``_device._PINNED``, the two bottom entries of a thread's
-#: ``entered`` stack (compared by identity)
-_BOTTOM: Final[Any] = _dev._NO_BLOCK
-_PIN: Final[Any] = _dev._PINNED
+#: streams per device and the devices it initialised, read in one thread-local lookup
+_Hot = tuple[dict[str, int], dict[Any, Any], set[Any]]
 #: What a caller that needs no thread state passes as one (never read)
-_NO_HOT: Final[_Hot] = ({}, {}, set(), [_BOTTOM])
+_NO_HOT: Final[_Hot] = ({}, {}, set())
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)
@@ -181,20 +176,16 @@ class _StreamCore:
         if self._origin is not None:   # a view checks the stream it views first
             self._check_open()
         devs, streams, entered = _tls.enter
-        name = self._key[0]
-        index = self._index
+        key = self._key
+        name = key[0]
         prev = devs.get(name, 0)
-        if prev != index:
-            if _follows[0] and self._b.follows_current_device:
-                # cuda: its device's context becomes current first (torch's setDeviceIndex);
-                # if that raises, the block is not entered
-                self._b.set_current_device(index, True)
-            devs[name] = index
-        row = streams.get(name)
-        if row is None or index >= len(row):
-            row = _row(streams, name, index)
-        entered.append((self, prev, row[index], row))
-        row[index] = self
+        if _follows[0] and prev != key[1] and self._b.follows_current_device:
+            # cuda: its device's context becomes current first (torch's setDeviceIndex); if
+            # that raises, the block is not entered
+            self._b.set_current_device(key[1], True)
+        entered.append((self, prev, streams.get(key)))
+        streams[key] = self
+        devs[name] = key[1]
         if (self._closed or _closing[0] or self._origin is not None) \
                 and _closed_after_publish(self):   # closed (also by a racing close()): undo
             _StreamCore.__exit__(self)   # (exactly what this entry did)
@@ -231,24 +222,21 @@ class _StreamCore:
         thread's current stream of its device and its device the backend's current device."""
         if self._origin is not None:   # a view checks the stream it views first
             self._check_open()
-        devs, streams, entered = _tls.enter
-        name = self._key[0]
-        index = self._index
-        prev_dev = devs.get(name, 0)
-        switch = _follows[0] and prev_dev != index and self._b.follows_current_device
+        devs, streams, _ = _tls.enter
+        key = self._key
+        name = key[0]
+        prev_stream, prev_dev = streams.get(key), devs.get(name, 0)
+        switch = _follows[0] and prev_dev != key[1] and self._b.follows_current_device
         if switch:   # cuda: its device's context becomes current first (torch's set_device)
-            self._b.set_current_device(index, True)
-        row = streams.get(name)
-        if row is None or index >= len(row):
-            row = _row(streams, name, index)
-        prev_stream = row[index]
-        row[index] = self   # first the entry, then the check: see _closed_after_publish
-        entered[0] = _PIN   # (a stream current with no block open: readers look at the rows)
-        if prev_dev != index:
-            devs[name] = index
+            self._b.set_current_device(key[1], True)
+        streams[key] = self   # first the entry, then the check: see _closed_after_publish
+        devs[name] = key[1]
         if (self._closed or _closing[0] or self._origin is not None) \
                 and _closed_after_publish(self):   # closed by a racing close(): undo, raise
-            row[index] = prev_stream
+            if prev_stream is None:
+                del streams[key]
+            else:
+                streams[key] = prev_stream
             devs[name] = prev_dev
             if switch:
                 self._b.set_current_device(prev_dev, False)
@@ -257,24 +245,25 @@ class _StreamCore:
     def __exit__(self, exc_type: object = None, exc: object = None, tb: object = None) -> None:
         # torch's takes any number of positional arguments and no keywords: a fourth is a
         # TypeError here and keywords are taken (mypyc ignores '/'), docs/differences.md
-        devs, _, entered = _tls.enter
-        row: list[Any]   # (typed: mypyc's list store, not a generic one)
+        devs, streams, entered = _tls.enter
         if entered[-1][0] is self:   # (the bottom entry is no stream: never empty)
-            _, prev_dev, prev_stream, row = entered.pop()
+            _, prev_dev, prev_stream = entered.pop()
         else:   # blocks left out of order: this stream's innermost block of this thread
-            _, prev_dev, prev_stream, row = entered.pop(self._innermost(entered))
-        row[self._index] = prev_stream   # (None: no stream set, as before the block)
-        if prev_stream is not None and len(entered) == 1:
-            entered[0] = _PIN   # (the last block left a stream current: out of order)
-        name = self._key[0]
-        if devs.get(name, 0) != prev_dev:   # (an absent entry is device 0)
-            # cuda: the previous device's context (torch's setDeviceIndex)
-            switch = _follows[0] and self._b.follows_current_device
-            devs[name] = prev_dev
-            if switch:
-                self._b.set_current_device(prev_dev, True)
+            _, prev_dev, prev_stream = entered.pop(self._innermost(entered))
+        key = self._key
+        if prev_stream is None:
+            if key in streams:
+                del streams[key]
+        else:
+            streams[key] = prev_stream
+        name = key[0]
+        # cuda: the previous device's context (torch's setDeviceIndex), if the device changes
+        switch = _follows[0] and devs.get(name, 0) != prev_dev and self._b.follows_current_device
+        devs[name] = prev_dev
+        if switch:
+            self._b.set_current_device(prev_dev, True)
 
-    def _innermost(self, entered: list[tuple[Any, int, Any, Any]]) -> int:
+    def _innermost(self, entered: list[tuple[Any, int, Any]]) -> int:
         """The position in the calling thread's stack of its innermost ``with self:`` block.
 
         Raises:
@@ -492,41 +481,28 @@ def _forget_defaults(name: str, current: object) -> None:
         del _defaults[name]
 
 
-def _row(streams: dict[str, list[Any]], name: str, index: int) -> list[Any]:
-    """The calling thread's row of backend ``name`` in ``streams`` (its table of current
-    streams, ``_ThreadState.stream``), made or grown (in place: a row is never replaced) to
-    hold device ``index`` (>= 0)."""
-    row = streams.get(name)
-    if row is None:
-        row = streams[name] = []
-    if index >= len(row):
-        row.extend([None] * (index + 1 - len(row)))
-    return row
-
-
-def _lookup(streams: dict[str, list[Any]], entered: list[Any], b: Backend, name: str,
-            index: int) -> _StreamCore | None:
+def _lookup(streams: dict[Any, _StreamCore], b: Backend, name: str, index: int,
+            key: _Key | None = None) -> _StreamCore | None:
     """The current stream of device ``index`` of ``b`` (registered as ``name``) in
-    ``streams``, the calling thread's table of current streams (by backend name, a row by
-    device index; ``entered`` its open blocks): the one set there, else the device's default
+    ``streams``, the calling thread's table of current streams (by :class:`_Key`; ``key`` is
+    the device's, where the caller holds it): the one set there, else the device's default
     stream if it was made; None if neither (a stream of an earlier instance of the backend's
     name does not count)."""
-    if entered[-1] is not _BOTTOM:   # no stream in the rows unless a block is open or pinned
-        row = streams.get(name)
-        if row is not None and 0 <= index < len(row):
-            s: _StreamCore | None = row[index]
-            if s is not None and s._b is b:
-                return s
+    if streams:   # empty unless the thread set a stream (set_stream, with stream:)
+        k: object = (name, index) if key is None else key
+        s = streams.get(k)
+        if s is not None and s._b is b:
+            return s
     s = _default_of(name, index)
     if s is not None and s._b is b:
         return s
     return None
 
 
-def _current_in(streams: dict[str, list[Any]], entered: list[Any], b: Backend, name: str,
-                index: int) -> _StreamCore:
+def _current_in(streams: dict[Any, _StreamCore], b: Backend, name: str, index: int,
+                key: _Key | None = None) -> _StreamCore:
     """:func:`_lookup`, making the device's default stream at its first use."""
-    s = _lookup(streams, entered, b, name, index)
+    s = _lookup(streams, b, name, index, key)
     if s is not None:
         return s
     from ._stream import _default   # the first use of a device's default stream
@@ -536,8 +512,7 @@ def _current_in(streams: dict[str, list[Any]], entered: list[Any], b: Backend, n
 def _current(b: Backend, index: int) -> _StreamCore:
     """The calling thread's current stream of device ``index`` (checked) of ``b``: the
     internal API every module reads it with (``_stream._current`` is this function)."""
-    hot = _tls.hot
-    return _current_in(hot[1], hot[3], b, b.name, index)
+    return _current_in(_tls.hot[1], b, b.name, index)
 
 
 def _current_hit(device: object) -> _StreamCore | None:
@@ -550,13 +525,13 @@ def _current_hit(device: object) -> _StreamCore | None:
         b: Backend | None = _dev_globals["_current_backend"]
         if b is None:
             return None
-        devs, streams, _, entered = _tls.hot
+        devs, streams, _ = _tls.hot
         name = b.name
         if device is None:
-            return _current_in(streams, entered, b, name, devs.get(name, 0))
+            return _current_in(streams, b, name, devs.get(name, 0))
         # an index that is not a device of ``b`` has no stream in either table: the general
         # path refuses it (and makes a default stream that does not exist yet)
-        return _lookup(streams, entered, b, name, device)
+        return _lookup(streams, b, name, device)
     hit = _known_device(device)
     if hit is None:
         return None
@@ -595,9 +570,9 @@ def _event_stream(b: Backend, stream: object, method: str, hot: _Hot) -> _Stream
     None). (A function, not a method: a method of a class that allows interpreted subclasses
     is called through Python's method lookup.)"""
     if stream is None:
-        devs, streams, _, entered = hot
+        devs, streams, _ = hot
         name = b.name
-        return _current_in(streams, entered, b, name, devs.get(name, 0))
+        return _current_in(streams, b, name, devs.get(name, 0))
     if not isinstance(stream, _StreamCore):
         raise TypeError(f"{method}() takes an accelrt.Stream or None, got "
                         f"{type_shown(stream)}")

@@ -78,9 +78,8 @@ def _global_state() -> dict[str, Any]:
     from accelrt import memory, random
     b = _device._current()
     count = 0 if b is None else b.device_count()
-    streams = {(name, i): s for name, row in _device._tls.stream.items()
-               for i, s in enumerate(row)
-               if s is not None and s._handle != s._b.default_stream(s._index)}
+    streams = {key: s for key, s in _device._tls.stream.items()
+               if s._handle != s._b.default_stream(s._index)}
     return {
         "accelerator": (_device._current_name, _device._current_backend),
         "devices": {name: i for name, i in _device._tls.device.items() if i != 0},

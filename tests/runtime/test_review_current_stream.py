@@ -192,9 +192,9 @@ def test_current_stream_follows_pytorchs_rules(steps: list[tuple[str, str, int]]
         while entered:
             entered.pop()[0].__exit__(None, None, None)
         acc.set_default_device(None)
-        for name in NAMES:   # (a row is never replaced: cleared in place)
-            row = _device._tls.stream.get(name, [])
-            row[:] = [None] * len(row)
+        for name in NAMES:
+            for index in range(COUNT):
+                _device._tls.stream.pop((name, index), None)
         for s in made:
             s.close()
         acc.set_current_accelerator(str(previous))

@@ -303,8 +303,7 @@ def in_capture_context(a: AllocatorCore) -> bool:
     index = a._index
     # a thread that never set nor used a stream of the device is on its default stream,
     # which cannot capture (captures need a non-default stream)
-    hot = _tls.hot
-    s = _lookup(hot[1], hot[3], b, b.name, index)
+    s = _lookup(_tls.hot[1], b, b.name, index)
     if s is None or s._closed:
         return False
     return bool(b.stream_is_capturing(index, s._handle))
